@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Installs what tformer needs from Debian's packages. Idempotent: when every package is already
+# installed it does nothing (no apt-get update, no network). Run as root; otherwise it prints the
+# command to run instead.
+#   scripts/install-deps.sh              build, test and demo dependencies
+#   scripts/install-deps.sh --reference  also the outside tools that regenerate fixtures (PyTorch)
+set -euo pipefail
+
+packages=(
+  g++ cmake ninja-build make pkg-config
+  libgtest-dev libgmock-dev          # unit tests
+  libbenchmark-dev                   # bench/
+  libopenblas-dev libopenblas-openmp-dev libopenblas0-openmp  # sgemm; OpenMP variant shares our thread pool
+  libcli11-dev nlohmann-json3-dev libfmt-dev
+  libpcre2-dev                       # GPT-2 pre-tokenizer (Unicode categories)
+  fortunes                           # a corpus every Debian machine can install (make demo)
+)
+if [[ "${1:-}" == "--reference" ]]; then
+  packages+=(python3 python3-torch python3-numpy)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+if [[ ${#missing[@]} -eq 0 ]]; then
+  exit 0
+fi
+
+cmd="apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends ${missing[*]}"
+if [[ $(id -u) -ne 0 ]]; then
+  if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+    exec sudo bash -c "$cmd"
+  fi
+  echo "install-deps: missing Debian packages: ${missing[*]}" >&2
+  echo "install-deps: run as root:  $cmd" >&2
+  exit 1
+fi
+echo "install-deps: installing ${missing[*]}"
+apt-get update -qq
+DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,13 @@
+// Each subcommand lives in its own src/cli/<name>.cpp and exposes one register_<name>(app)
+// function that adds a CLI11 subcommand whose callback does the work. register_all adds them all.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace tformer::cli {
+
+void register_all(CLI::App& app);
+
+void register_info(CLI::App& app);
+
+}  // namespace tformer::cli

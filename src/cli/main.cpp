@@ -1,0 +1,28 @@
+// The tformer command line: one subcommand per file in src/cli/, each registered here.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <exception>
+
+#include "cli/commands.h"
+#include "core/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"tformer: a transformer language-model engine written from scratch"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "tformer 0.1.0");
+  tformer::cli::register_all(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const tformer::Error& e) {
+    fmt::print(stderr, "tformer: error: {}\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "tformer: internal error: {}\n", e.what());
+    return 2;
+  }
+  return 0;
+}

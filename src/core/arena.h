@@ -1,0 +1,75 @@
+// An arena: one contiguous, 64-byte aligned buffer carved into named tensor views. Parameters,
+// gradients and optimizer moments each live in one arena, so the optimizer is one loop over
+// one buffer and a checkpoint is the list of views.
+//
+//   Arena params;
+//   params.add("tok_embeddings.weight", {vocab, d_model});
+//   params.add("norm.weight", {d_model});
+//   params.allocate();                      // one allocation for all of them, zeroed
+//   TensorView<float> w = params.get("norm.weight");
+#pragma once
+
+#include "core/tensor.h"
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace tformer {
+
+template <typename T>
+class BasicArena {
+ public:
+  struct Entry {
+    std::string name;
+    Shape shape;
+    int64_t offset;  // elements from the arena's start; a multiple of kAlignment / sizeof(T)
+  };
+
+  // Declares a tensor. All declarations come before allocate().
+  void add(std::string name, Shape shape) {
+    TF_CHECK(storage_.empty(), "arena: add('{}') after allocate()", name);
+    TF_CHECK(!index_.contains(name), "arena: tensor '{}' declared twice", name);
+    const int64_t align = static_cast<int64_t>(kAlignment / sizeof(T));
+    size_ = (size_ + align - 1) / align * align;
+    index_[name] = entries_.size();
+    entries_.push_back({std::move(name), shape, size_});
+    size_ += shape.numel();
+  }
+  // One allocation for every declared tensor, zero-filled.
+  void allocate() { storage_.assign(static_cast<size_t>(size_), T(0)); }
+  // Same layout as another arena (a gradient or moment arena beside the parameters).
+  void mirror(const BasicArena& other) {
+    TF_CHECK(entries_.empty(), "arena: mirror() into a non-empty arena");
+    entries_ = other.entries_;
+    index_ = other.index_;
+    size_ = other.size_;
+    allocate();
+  }
+
+  bool contains(std::string_view name) const { return index_.contains(std::string(name)); }
+  TensorView<T> get(std::string_view name) {
+    auto it = index_.find(std::string(name));
+    if (it == index_.end()) fail("arena: no tensor named '{}'", name);
+    const Entry& e = entries_[it->second];
+    return TensorView<T>(storage_.data() + e.offset, e.shape);
+  }
+  const std::vector<Entry>& entries() const { return entries_; }
+  TensorView<T> view(const Entry& e) { return TensorView<T>(storage_.data() + e.offset, e.shape); }
+  T* data() { return storage_.data(); }
+  // Elements including alignment padding (padding stays zero).
+  int64_t size() const { return size_; }
+  void zero() { std::fill(storage_.begin(), storage_.end(), T(0)); }
+
+ private:
+  std::vector<Entry> entries_;
+  std::unordered_map<std::string, size_t> index_;
+  int64_t size_ = 0;
+  std::vector<T, AlignedAllocator<T>> storage_;
+};
+
+using Arena = BasicArena<float>;
+
+}  // namespace tformer

@@ -1,0 +1,115 @@
+#include "kernels/matmul.h"
+
+#include <cblas.h>
+
+namespace tformer {
+
+namespace {
+void check_gemm_args(int64_t ldc, int64_t lda, bool trans_a, int64_t ldb, bool trans_b, int64_t M, int64_t N,
+                     int64_t K) {
+  TF_CHECK(M >= 0 && N >= 0 && K >= 0, "gemm: negative size M={} N={} K={}", M, N, K);
+  TF_CHECK(ldc >= std::max<int64_t>(N, 1), "gemm: ldc {} < N {}", ldc, N);
+  TF_CHECK(lda >= std::max<int64_t>(trans_a ? M : K, 1), "gemm: lda {} too small", lda);
+  TF_CHECK(ldb >= std::max<int64_t>(trans_b ? K : N, 1), "gemm: ldb {} too small", ldb);
+  // OpenBLAS takes 32-bit ints: every size and leading dimension must fit.
+  constexpr int64_t kMax = 0x7fffffff;
+  TF_CHECK(M <= kMax && N <= kMax && K <= kMax && lda <= kMax && ldb <= kMax && ldc <= kMax,
+           "gemm: size beyond 2^31-1");
+}
+}  // namespace
+
+template <>
+void gemm<float>(float* C, int64_t ldc, const float* A, int64_t lda, bool trans_a, const float* B, int64_t ldb,
+                 bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, float beta) {
+  check_gemm_args(ldc, lda, trans_a, ldb, trans_b, M, N, K);
+  if (M == 0 || N == 0) return;
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+              static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), alpha, A, static_cast<int>(lda), B,
+              static_cast<int>(ldb), beta, C, static_cast<int>(ldc));
+}
+
+template <>
+void gemm<double>(double* C, int64_t ldc, const double* A, int64_t lda, bool trans_a, const double* B,
+                  int64_t ldb, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha, double beta) {
+  check_gemm_args(ldc, lda, trans_a, ldb, trans_b, M, N, K);
+  if (M == 0 || N == 0) return;
+  cblas_dgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+              static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), alpha, A, static_cast<int>(lda), B,
+              static_cast<int>(ldb), beta, C, static_cast<int>(ldc));
+}
+
+template <typename T>
+void gemm_naive(T* C, int64_t ldc, const T* A, int64_t lda, bool trans_a, const T* B, int64_t ldb, bool trans_b,
+                int64_t M, int64_t N, int64_t K, T alpha, T beta) {
+  check_gemm_args(ldc, lda, trans_a, ldb, trans_b, M, N, K);
+  for (int64_t i = 0; i < M; ++i) {
+    for (int64_t j = 0; j < N; ++j) {
+      double acc = 0;
+      for (int64_t p = 0; p < K; ++p) {
+        const double a = trans_a ? A[p * lda + i] : A[i * lda + p];
+        const double b = trans_b ? B[j * ldb + p] : B[p * ldb + j];
+        acc += a * b;
+      }
+      // beta == 0 overwrites (as BLAS does), so C may start as garbage.
+      const double prev = beta == T(0) ? 0.0 : static_cast<double>(beta) * C[i * ldc + j];
+      C[i * ldc + j] = static_cast<T>(static_cast<double>(alpha) * acc + prev);
+    }
+  }
+}
+
+template <typename T>
+void matmul(TensorView<T> C, TensorView<const T> A, TensorView<const T> B, bool trans_a, bool trans_b, T alpha,
+            T beta) {
+  TF_CHECK(A.rank() == 2 && B.rank() == 2 && C.rank() == 2, "matmul: 2-D views expected, got {} {} {}",
+           A.shape().str(), B.shape().str(), C.shape().str());
+  const int64_t M = trans_a ? A.dim(1) : A.dim(0);
+  const int64_t K = trans_a ? A.dim(0) : A.dim(1);
+  const int64_t Kb = trans_b ? B.dim(1) : B.dim(0);
+  const int64_t N = trans_b ? B.dim(0) : B.dim(1);
+  TF_CHECK(K == Kb && C.dim(0) == M && C.dim(1) == N, "matmul: shapes {}{} x {}{} -> {} do not agree",
+           A.shape().str(), trans_a ? "^T" : "", B.shape().str(), trans_b ? "^T" : "", C.shape().str());
+  gemm<T>(C.data(), std::max<int64_t>(N, 1), A.data(), std::max<int64_t>(A.dim(1), 1), trans_a, B.data(),
+          std::max<int64_t>(B.dim(1), 1), trans_b, M, N, K, alpha, beta);
+}
+
+template <typename T>
+void linear_forward(T* y, const T* x, const T* W, const T* b, int64_t n, int64_t in, int64_t out) {
+  if (b) {
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t o = 0; o < out; ++o) y[r * out + o] = b[o];
+  }
+  // y[n, out] (+)= x[n, in] W[out, in]^T
+  gemm<T>(y, out, x, in, false, W, in, true, n, out, in, T(1), b ? T(1) : T(0));
+}
+
+template <typename T>
+void linear_backward(T* dx, T* dW, T* db, const T* dy, const T* x, const T* W, int64_t n, int64_t in,
+                     int64_t out) {
+  // dx[n, in] += dy[n, out] W[out, in]
+  if (dx) gemm<T>(dx, in, dy, out, false, W, in, false, n, in, out, T(1), T(1));
+  // dW[out, in] += dy[n, out]^T x[n, in]
+  if (dW) gemm<T>(dW, in, dy, out, true, x, in, false, out, in, n, T(1), T(1));
+  // db[out] += sum over rows of dy
+  if (db) {
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t o = 0; o < out; ++o) db[o] += dy[r * out + o];
+  }
+}
+
+template void gemm_naive<float>(float*, int64_t, const float*, int64_t, bool, const float*, int64_t, bool, int64_t,
+                                int64_t, int64_t, float, float);
+template void gemm_naive<double>(double*, int64_t, const double*, int64_t, bool, const double*, int64_t, bool,
+                                 int64_t, int64_t, int64_t, double, double);
+template void matmul<float>(TensorView<float>, TensorView<const float>, TensorView<const float>, bool, bool, float,
+                            float);
+template void matmul<double>(TensorView<double>, TensorView<const double>, TensorView<const double>, bool, bool,
+                             double, double);
+template void linear_forward<float>(float*, const float*, const float*, const float*, int64_t, int64_t, int64_t);
+template void linear_forward<double>(double*, const double*, const double*, const double*, int64_t, int64_t,
+                                     int64_t);
+template void linear_backward<float>(float*, float*, float*, const float*, const float*, const float*, int64_t,
+                                     int64_t, int64_t);
+template void linear_backward<double>(double*, double*, double*, const double*, const double*, const double*,
+                                      int64_t, int64_t, int64_t);
+
+}  // namespace tformer

@@ -1,0 +1,39 @@
+// Matrix multiply: the one place the library calls BLAS (OpenBLAS sgemm/dgemm), plus the plain
+// triple loop that the tests use as the oracle. All matrices are row-major.
+//
+//   gemm: C[M,N] = alpha * op(A) * op(B) + beta * C
+//         op(A) is [M,K]: A is stored [M,K] (lda >= K), or [K,M] when trans_a (lda >= M)
+//         op(B) is [K,N]: B is stored [K,N] (ldb >= N), or [N,K] when trans_b (ldb >= K)
+//         C is [M,N] with ldc >= N.
+//   FLOPs: 2*M*N*K.
+#pragma once
+
+#include "core/tensor.h"
+
+#include <cstdint>
+
+namespace tformer {
+
+template <typename T>
+void gemm(T* C, int64_t ldc, const T* A, int64_t lda, bool trans_a, const T* B, int64_t ldb, bool trans_b,
+          int64_t M, int64_t N, int64_t K, T alpha = T(1), T beta = T(0));
+
+// Oracle: the same contract, a plain triple loop accumulating in double.
+template <typename T>
+void gemm_naive(T* C, int64_t ldc, const T* A, int64_t lda, bool trans_a, const T* B, int64_t ldb, bool trans_b,
+                int64_t M, int64_t N, int64_t K, T alpha = T(1), T beta = T(0));
+
+// Shape-checked form over contiguous 2-D views.
+template <typename T>
+void matmul(TensorView<T> C, TensorView<const T> A, TensorView<const T> B, bool trans_a, bool trans_b,
+            T alpha = T(1), T beta = T(0));
+
+// Linear layer, weights stored [out, in] as torch.nn.Linear.
+//   forward:  y[n, out] = x[n, in] * W[out, in]^T + b[out]         (b may be null)
+//   backward: dx[n, in] += dy * W;  dW[out, in] += dy^T * x;  db[out] += sum_n dy   (each may be null)
+template <typename T>
+void linear_forward(T* y, const T* x, const T* W, const T* b, int64_t n, int64_t in, int64_t out);
+template <typename T>
+void linear_backward(T* dx, T* dW, T* db, const T* dy, const T* x, const T* W, int64_t n, int64_t in, int64_t out);
+
+}  // namespace tformer
