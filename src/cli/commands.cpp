@@ -4,6 +4,8 @@ namespace tformer::cli {
 
 void register_all(CLI::App& app) {
   register_info(app);
+  register_bpe(app);
+  register_tokenize(app);
 }
 
 }  // namespace tformer::cli

@@ -8,6 +8,8 @@ namespace tformer::cli {
 
 void register_all(CLI::App& app);
 
-void register_info(CLI::App& app);
+void register_info(CLI::App& app);      // info.cpp
+void register_bpe(CLI::App& app);       // bpe.cpp: bpe learn, bpe apply (Sennrich BPE)
+void register_tokenize(CLI::App& app);  // tokenize.cpp: tokenize, detokenize, tokenizer train
 
 }  // namespace tformer::cli
