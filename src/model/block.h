@@ -1,0 +1,57 @@
+// One transformer block composed from the reference kernels: the specification of the block that
+// the model issue builds its fused, cached, trainable version of, and the function the tests
+// compare with PyTorch's nn.TransformerEncoderLayer.
+//
+//   pre-LN  (x + F(LN(x))):   h = x + attn(norm_1(x));   y = h + ffn(norm_2(h))
+//   post-LN (LN(x + F(x))):   h = norm_1(x + attn(x));   y = norm_2(h + ffn(h))
+//   attn(u) = wo( attention(rope(wq u), rope(wk u), wv u) ),  causal on absolute positions
+//   ffn(u)  = w2(act(w1 u + b1)) + b2            for gelu / gelu_tanh
+//           = w2(silu(w1 u) * (w3 u))            for swiglu
+// Linear weights are [out, in] (torch.nn.Linear); biases are null when the block has none.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "kernels/activation.h"
+#include "kernels/rope.h"
+
+namespace tformer {
+
+enum class NormKind { LayerNorm, RMSNorm };
+enum class NormPlacement { Pre, Post };
+enum class Activation { Gelu, GeluTanh, SwiGLU };
+
+struct BlockShape {
+  int64_t d_model = 0, n_heads = 0, n_kv_heads = 0, d_ff = 0;
+  NormKind norm = NormKind::LayerNorm;
+  NormPlacement placement = NormPlacement::Pre;
+  Activation activation = Activation::Gelu;
+  double norm_eps = 1e-5;
+  std::optional<RopeParams> rope;  // none: positions are added outside the block
+  int64_t head_dim() const { return d_model / n_heads; }
+};
+
+template <typename T>
+struct BlockWeights {
+  const T* attn_norm_w = nullptr;  // [d_model]
+  const T* attn_norm_b = nullptr;  // [d_model] (LayerNorm with bias only)
+  const T* wq = nullptr;           // [n_heads * hd, d_model]
+  const T* wk = nullptr;           // [n_kv_heads * hd, d_model]
+  const T* wv = nullptr;           // [n_kv_heads * hd, d_model]
+  const T* wo = nullptr;           // [d_model, n_heads * hd]
+  const T *bq = nullptr, *bk = nullptr, *bv = nullptr, *bo = nullptr;
+  const T* ffn_norm_w = nullptr;   // [d_model]
+  const T* ffn_norm_b = nullptr;   // [d_model]
+  const T* w1 = nullptr;           // [d_ff, d_model]
+  const T* w2 = nullptr;           // [d_model, d_ff]
+  const T* w3 = nullptr;           // [d_ff, d_model] (swiglu only)
+  const T *b1 = nullptr, *b2 = nullptr;
+};
+
+// y, x: [batch, T, d_model]; every sequence is causal from absolute position 0 (RoPE positions
+// 0..T-1). y must not alias x.
+template <typename T>
+void block_forward(T* y, const T* x, int64_t batch, int64_t n_tokens, const BlockShape& s, const BlockWeights<T>& w);
+
+}  // namespace tformer
