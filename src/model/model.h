@@ -1,0 +1,60 @@
+// The decoder: token embedding, optional position embedding, n_layers blocks, final norm (pre-LN
+// only) and the vocabulary projection. Parameters live in one Arena under the checkpoint's tensor
+// names (docs/checkpoint-format.md), so saving is one write per tensor and the optimizer one loop.
+//
+//   tok_embeddings.weight        [vocab, d_model]
+//   pos_embeddings.weight        [context_length, d_model]       (positions = learned)
+//   layers.i.attn_norm.weight    [d_model]    .bias (layernorm only)
+//   layers.i.attn.wq.weight      [n_heads * hd, d_model]          .bias when bias
+//   layers.i.attn.wk.weight      [n_kv_heads * hd, d_model]       .bias when bias
+//   layers.i.attn.wv.weight      [n_kv_heads * hd, d_model]       .bias when bias
+//   layers.i.attn.wo.weight      [d_model, n_heads * hd]          .bias when bias
+//   layers.i.ffn_norm.weight     [d_model]    .bias (layernorm only)
+//   layers.i.ffn.w1.weight       [d_ff, d_model]                  .bias when bias
+//   layers.i.ffn.w2.weight       [d_model, d_ff]                  .bias when bias
+//   layers.i.ffn.w3.weight       [d_ff, d_model]                  (swiglu only)
+//   norm.weight                  [d_model]    .bias (layernorm)   (pre-LN only)
+//   output.weight                [vocab, d_model]                 (unless tied_embeddings)
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/arena.h"
+#include "kernels/embedding.h"
+#include "model/block.h"
+#include "model/config.h"
+
+namespace tformer {
+
+class Model {
+ public:
+  // Validates the config and declares and allocates every parameter (zeros).
+  explicit Model(ModelConfig config);
+
+  const ModelConfig& config() const { return config_; }
+  Arena& params() { return params_; }
+  int64_t n_params() const;
+
+  // GPT-2 initialisation: every matrix and embedding normal(0, 0.02), residual output projections
+  // (attn.wo, ffn.w2) normal(0, 0.02 / sqrt(2 n_layers)), biases 0, norm gains 1. Deterministic
+  // for a seed, whatever the thread count.
+  void init_gpt2(uint64_t seed);
+
+  // Uncached forward: ids [batch, T] -> logits [batch, T, vocab], every sequence starting at
+  // absolute position 0, causal. T <= context_length; ids in [0, vocab).
+  void forward(float* logits, const TokenId* ids, int64_t batch, int64_t n_tokens);
+
+  // The block weights of layer i, as views into the arena.
+  BlockWeights<float> layer_weights(int64_t i);
+
+ private:
+  ModelConfig config_;
+  Arena params_;
+};
+
+// Vaswani et al.'s sinusoidal table: PE[p][2i] = sin(p / 10000^(2i/d)), PE[p][2i+1] = cos(same),
+// computed in double. out: [n_positions, d_model], d_model even.
+void sinusoidal_positions(float* out, int64_t n_positions, int64_t d_model);
+
+}  // namespace tformer
