@@ -6,6 +6,7 @@ void register_all(CLI::App& app) {
   register_info(app);
   register_bpe(app);
   register_tokenize(app);
+  register_model_commands(app);
 }
 
 }  // namespace tformer::cli

@@ -11,5 +11,6 @@ void register_all(CLI::App& app);
 void register_info(CLI::App& app);      // info.cpp
 void register_bpe(CLI::App& app);       // bpe.cpp: bpe learn, bpe apply (Sennrich BPE)
 void register_tokenize(CLI::App& app);  // tokenize.cpp: tokenize, detokenize, tokenizer train
+void register_model_commands(CLI::App& app);  // model_commands.cpp: init, eval
 
 }  // namespace tformer::cli

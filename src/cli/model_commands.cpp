@@ -1,0 +1,110 @@
+// tformer init: a randomly initialised model file.   tformer eval: mean loss and perplexity of a
+// model on a text file.
+#include <fmt/format.h>
+
+#include <cmath>
+#include <fstream>
+#include <iterator>
+#include <vector>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "core/threads.h"
+#include "kernels/cross_entropy.h"
+#include "model/checkpoint.h"
+
+namespace tformer::cli {
+
+namespace {
+
+std::string read_file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("{}: cannot open", path);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+struct InitOptions {
+  std::string config, out, tokenizer = "char", gpt2_dir;
+  uint64_t seed = 1337;
+};
+
+void run_init(const InitOptions& o) {
+  ModelConfig config = ModelConfig::from_file(o.config);
+  auto tok = tokenizer_by_name(o.tokenizer, o.gpt2_dir);
+  if (config.vocab_size == 0) config.vocab_size = tok->vocab_size();
+  if (config.vocab_size != tok->vocab_size())
+    fail("{}: vocab_size is {} but the tokenizer '{}' has {} tokens", o.config, config.vocab_size, o.tokenizer,
+         tok->vocab_size());
+  Model model(config);
+  model.init_gpt2(o.seed);
+  save_model(o.out, model, tok.get());
+  fmt::print("wrote {}: {} parameters, config {}\n", o.out, model.n_params(), model.config().to_json().dump());
+}
+
+struct EvalOptions {
+  std::string model, data;
+  int64_t batch = 8, max_tokens = 0;
+  int threads = 0;
+};
+
+// Scores the file's tokens in non-overlapping windows of context_length + 1 tokens: each window
+// predicts its last context_length tokens from the ones before them (stride = context_length),
+// so every token but the file's first is scored exactly once.
+void run_eval(const EvalOptions& o) {
+  set_num_threads(o.threads);
+  LoadedModel lm = load_model(o.model);
+  if (!lm.tokenizer) fail("{}: the model file carries no tokenizer", o.model);
+  std::vector<TokenId> ids = lm.tokenizer->encode(read_file_bytes(o.data));
+  if (o.max_tokens > 0 && static_cast<int64_t>(ids.size()) > o.max_tokens) ids.resize(o.max_tokens);
+  if (ids.size() < 2) fail("{}: fewer than 2 tokens; nothing to score", o.data);
+  const int64_t T = lm.model->config().context_length, V = lm.model->config().vocab_size;
+  const int64_t n = static_cast<int64_t>(ids.size());
+  double total = 0;
+  int64_t counted = 0;
+  std::vector<TokenId> inputs, targets;
+  std::vector<float> logits;
+  for (int64_t start = 0; start + 1 < n;) {
+    // One batch of up to o.batch windows; the last window may be shorter (padded with ignored targets).
+    const int64_t windows = std::min<int64_t>(o.batch, (n - 1 - start + T - 1) / T);
+    inputs.assign(windows * T, 0);
+    targets.assign(windows * T, kIgnoreIndex);
+    for (int64_t w = 0; w < windows; ++w)
+      for (int64_t t = 0; t < T && start + w * T + t + 1 < n; ++t) {
+        inputs[w * T + t] = ids[start + w * T + t];
+        targets[w * T + t] = ids[start + w * T + t + 1];
+      }
+    logits.resize(windows * T * V);
+    lm.model->forward(logits.data(), inputs.data(), windows, T);
+    const auto r = cross_entropy_forward<float>(nullptr, logits.data(), targets.data(), windows * T, V);
+    total += r.loss * static_cast<double>(r.count);
+    counted += r.count;
+    start += windows * T;
+  }
+  const double loss = total / static_cast<double>(counted);
+  fmt::print("loss {:.4f}  perplexity {:.3f}  tokens scored {}  (context {}, stride {}, {} tokens read)\n", loss,
+             std::exp(loss), counted, T, T, n);
+}
+
+}  // namespace
+
+void register_model_commands(CLI::App& app) {
+  auto init = std::make_shared<InitOptions>();
+  auto* ic = app.add_subcommand("init", "Write a randomly initialised model (GPT-2 initialisation)");
+  ic->add_option("--config", init->config, "Model config JSON (keys: docs/checkpoint-format.md)")->required();
+  ic->add_option("--out", init->out, "Output model file (.safetensors)")->required();
+  ic->add_option("--seed", init->seed, "Initialisation seed")->capture_default_str();
+  ic->add_option("--tokenizer", init->tokenizer, "char | gpt2 | PATH of a saved tokenizer")->capture_default_str();
+  ic->add_option("--gpt2-dir", init->gpt2_dir, "Folder with GPT-2's encoder.json and vocab.bpe");
+  ic->callback([init] { run_init(*init); });
+
+  auto ev = std::make_shared<EvalOptions>();
+  auto* ec = app.add_subcommand("eval", "Mean loss and perplexity of a model on a text file");
+  ec->add_option("--model", ev->model, "Model file")->required();
+  ec->add_option("--data", ev->data, "Text file to score")->required();
+  ec->add_option("--batch", ev->batch, "Windows per forward pass")->capture_default_str()->check(CLI::PositiveNumber);
+  ec->add_option("--max-tokens", ev->max_tokens, "Score only the first N tokens (0 = all)")->capture_default_str();
+  ec->add_option("--threads", ev->threads, "Threads (0 = all cores)")->capture_default_str();
+  ec->callback([ev] { run_eval(*ev); });
+}
+
+}  // namespace tformer::cli

@@ -1,0 +1,41 @@
+#include "model/checkpoint.h"
+
+#include "core/error.h"
+#include "io/safetensors.h"
+
+namespace tformer {
+
+void save_model(const std::string& path, Model& model, const Tokenizer* tokenizer) {
+  std::map<std::string, std::string> metadata{{"config", model.config().to_json().dump()}};
+  if (tokenizer) metadata["tokenizer"] = tokenizer->to_json().dump();
+  write_arena(path, model.params(), metadata);
+}
+
+LoadedModel load_model(const std::string& path) {
+  const SafetensorsFile file = SafetensorsFile::open(path);
+  const auto& meta = file.metadata();
+  auto it = meta.find("config");
+  if (it == meta.end()) fail("{}: no \"config\" in the header's __metadata__; not a tformer model file", path);
+  nlohmann::json config_json;
+  try {
+    config_json = nlohmann::json::parse(it->second);
+  } catch (const nlohmann::json::parse_error& e) {
+    fail("{}: __metadata__ \"config\" is not valid JSON: {}", path, e.what());
+  }
+  LoadedModel out;
+  out.model = std::make_unique<Model>(ModelConfig::from_json(config_json, path + ": __metadata__ config"));
+  read_arena(file, out.model->params());
+  if (auto t = meta.find("tokenizer"); t != meta.end()) {
+    try {
+      out.tokenizer = tokenizer_from_json(nlohmann::json::parse(t->second));
+    } catch (const nlohmann::json::parse_error& e) {
+      fail("{}: __metadata__ \"tokenizer\" is not valid JSON: {}", path, e.what());
+    }
+    if (out.tokenizer->vocab_size() != out.model->config().vocab_size)
+      fail("{}: the tokenizer has {} tokens but the model's vocab_size is {}", path, out.tokenizer->vocab_size(),
+           out.model->config().vocab_size);
+  }
+  return out;
+}
+
+}  // namespace tformer
