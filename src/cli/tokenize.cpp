@@ -1,7 +1,155 @@
+// tformer tokenize / detokenize: text <-> token ids with any of the model's tokenizers.
+//
+//   tformer tokenize --tokenizer gpt2 --text "Hello world"        -> 15496 995
+//   tformer tokenize --tokenizer char --input notes.txt
+//   tformer detokenize --tokenizer gpt2 --ids "15496 995"          -> Hello world
+//
+// --tokenizer: "gpt2" (GPT-2's vocabulary, from --gpt2-dir, $TFORMER_GPT2_DIR or where
+// scripts/fetch-gpt2-vocab.sh put it), "char" (256 byte ids), or a saved tokenizer JSON file.
+// Input is read as raw bytes, nothing stripped; ids are printed on one line separated by single
+// spaces. Special tokens ("<|endoftext|>") are plain text unless --allow-special is given.
+// detokenize writes the raw bytes, nothing added.
+//
+//   tformer tokenizer train --type byte-bpe --vocab-size 1000 --input corpus.txt --output tok.json
+//           [--gpt2-output DIR] [--min-frequency 2] [--verbose]
+// trains a byte-level BPE vocabulary (byte_bpe_train.h) and writes it as a tokenizer JSON file
+// (byte_bpe.h documents the form), and with --gpt2-output also as DIR/encoder.json + DIR/vocab.bpe.
+#include <fmt/format.h>
+
+#include <charconv>
+#include <filesystem>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+
 #include "cli/commands.h"
+#include "core/error.h"
+#include "tokenizer/byte_bpe.h"
+#include "tokenizer/byte_bpe_train.h"
+#include "tokenizer/tokenizer.h"
 
 namespace tformer::cli {
+namespace {
 
-void register_tokenize(CLI::App&) {}
+std::string read_input(const std::string& path) {
+  if (path == "-") {
+    std::ostringstream ss;
+    ss << std::cin.rdbuf();
+    return std::move(ss).str();
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("{}: cannot open", path);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) fail("{}: read failed", path);
+  return std::move(ss).str();
+}
+
+// Whitespace-separated decimal ids; errors name the offending word and its position.
+std::vector<TokenId> parse_ids(const std::string& text, const std::string& where) {
+  std::vector<TokenId> ids;
+  size_t i = 0;
+  int64_t index = 0;
+  const auto space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; };
+  while (i < text.size()) {
+    while (i < text.size() && space(text[i])) ++i;
+    if (i >= text.size()) break;
+    size_t j = i;
+    while (j < text.size() && !space(text[j])) ++j;
+    TokenId id = 0;
+    const auto [end, ec] = std::from_chars(text.data() + i, text.data() + j, id);
+    if (ec != std::errc() || end != text.data() + j || id < 0)
+      fail("{}: id number {} ('{}') is not a token id", where, index, text.substr(i, std::min<size_t>(j - i, 40)));
+    ids.push_back(id);
+    ++index;
+    i = j;
+  }
+  return ids;
+}
+
+void write_raw(const std::string& bytes) {
+  if (!bytes.empty() && std::fwrite(bytes.data(), 1, bytes.size(), stdout) != bytes.size())
+    fail("cannot write to standard output");
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+void register_tokenize(CLI::App& app) {
+  struct Options {
+    std::string tokenizer, text, input, ids, gpt2_dir;
+    bool allow_special = false;
+  };
+  auto opt = std::make_shared<Options>();
+
+  auto* tok = app.add_subcommand("tokenize", "Print the token ids of a text, on one line");
+  tok->add_option("--tokenizer", opt->tokenizer, "gpt2, char, or a saved tokenizer JSON file")->required();
+  auto* text_opt = tok->add_option("--text", opt->text, "The text to encode");
+  auto* input_opt = tok->add_option("--input", opt->input, "A file to encode as raw bytes ('-': standard input)");
+  text_opt->excludes(input_opt);
+  tok->add_flag("--allow-special", opt->allow_special, "Recognise special tokens such as <|endoftext|>");
+  tok->add_option("--gpt2-dir", opt->gpt2_dir, "Folder with GPT-2's encoder.json and vocab.bpe");
+  tok->callback([opt, text_opt, input_opt] {
+    if (text_opt->count() == 0 && input_opt->count() == 0) fail("tokenize: give --text or --input");
+    const auto tokenizer = tokenizer_by_name(opt->tokenizer, opt->gpt2_dir);
+    const std::string text = text_opt->count() ? opt->text : read_input(opt->input);
+    const std::vector<TokenId> ids = tokenizer->encode(text, opt->allow_special);
+    std::string line;
+    line.reserve(ids.size() * 6 + 1);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (i) line.push_back(' ');
+      line += std::to_string(ids[i]);
+    }
+    line.push_back('\n');
+    write_raw(line);
+  });
+
+  auto* detok = app.add_subcommand("detokenize", "Write the text of token ids, as raw bytes");
+  detok->add_option("--tokenizer", opt->tokenizer, "gpt2, char, or a saved tokenizer JSON file")->required();
+  auto* ids_opt = detok->add_option("--ids", opt->ids, "Token ids separated by spaces");
+  auto* ids_input = detok->add_option("--input", opt->input, "A file of token ids ('-': standard input)");
+  ids_opt->excludes(ids_input);
+  detok->add_option("--gpt2-dir", opt->gpt2_dir, "Folder with GPT-2's encoder.json and vocab.bpe");
+  detok->callback([opt, ids_opt, ids_input] {
+    if (ids_opt->count() == 0 && ids_input->count() == 0) fail("detokenize: give --ids or --input");
+    const auto tokenizer = tokenizer_by_name(opt->tokenizer, opt->gpt2_dir);
+    const std::vector<TokenId> ids =
+        ids_opt->count() ? parse_ids(opt->ids, "--ids") : parse_ids(read_input(opt->input), opt->input);
+    write_raw(tokenizer->decode(ids));
+  });
+
+  struct TrainOptions {
+    std::string type = "byte-bpe", input, output, gpt2_output;
+    ByteBpeTrainOptions train;
+  };
+  auto topt = std::make_shared<TrainOptions>();
+  auto* group = app.add_subcommand("tokenizer", "Tokenizer vocabularies");
+  group->require_subcommand(1);
+  auto* train = group->add_subcommand("train", "Train a tokenizer vocabulary on a corpus");
+  train->add_option("--type", topt->type, "byte-bpe (GPT-2's kind)")->check(CLI::IsMember({"byte-bpe"}));
+  train->add_option("--vocab-size", topt->train.vocab_size, "Bytes (256) + merges + <|endoftext|>")->required();
+  train->add_option("--input", topt->input, "Corpus file (raw bytes)")->required();
+  train->add_option("--output", topt->output, "Tokenizer JSON file to write")->required();
+  train->add_option("--gpt2-output", topt->gpt2_output, "Also write encoder.json and vocab.bpe into this folder");
+  train->add_option("--min-frequency", topt->train.min_frequency, "Never merge a pair seen fewer times");
+  train->add_flag("--verbose", topt->train.verbose, "Print each merge");
+  train->callback([topt] {
+    const std::string corpus = read_input(topt->input);
+    const ByteBpeTokenizer tok = train_byte_bpe(corpus, topt->train);
+    save_tokenizer_file(tok, topt->output);
+    if (!topt->gpt2_output.empty()) {
+      std::filesystem::create_directories(topt->gpt2_output);
+      tok.save_gpt2((std::filesystem::path(topt->gpt2_output) / "encoder.json").string(),
+                    (std::filesystem::path(topt->gpt2_output) / "vocab.bpe").string());
+    }
+    fmt::print(stderr, "tokenizer train: {} merges, vocabulary {} (with <|endoftext|> = {}), written to {}{}\n",
+               tok.merges().size(), tok.vocab_size(), tok.vocab_size() - 1, topt->output,
+               topt->gpt2_output.empty() ? "" : " and " + topt->gpt2_output);
+    if (static_cast<int64_t>(tok.vocab_size()) < topt->train.vocab_size)
+      fmt::print(stderr, "tokenizer train: stopped early: no pair occurs at least {} times\n", topt->train.min_frequency);
+  });
+}
 
 }  // namespace tformer::cli

@@ -74,12 +74,14 @@ struct AttentionMask {
 // Checks the shape (positive sizes, n_kv_heads divides n_heads, mask strides) and throws Error.
 void validate(const AttentionShape& s, const AttentionMask& m);
 
-// out: [B, n_q, n_heads, hd] view; probs: saved P, contiguous [B, n_heads, n_q, n_kv] (written).
+// out: [B, n_q, n_heads, hd] view; probs: saved P, contiguous [B, n_heads, n_q, n_kv] (written;
+// masked entries are exactly 0). probs may be null when no backward follows (inference).
 template <typename T>
 void attention_forward(HeadsView<T> out, T* probs, HeadsView<const T> q, HeadsView<const T> k,
                        HeadsView<const T> v, const AttentionShape& s, const AttentionMask& m);
 
-// Accumulates dq, dk, dv (+=) from dout and the saved probs.
+// Accumulates dq, dk, dv (+=) from dout and the saved probs (required). dk and dv have the kv
+// heads' shape [B, n_kv, n_kv_heads, hd]: a kv head's gradient sums over its group of query heads.
 template <typename T>
 void attention_backward(HeadsView<T> dq, HeadsView<T> dk, HeadsView<T> dv, HeadsView<const T> dout,
                         const T* probs, HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v,

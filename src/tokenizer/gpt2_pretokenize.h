@@ -1,0 +1,70 @@
+// GPT-2's pre-tokenizer: cuts text into the pieces that byte-level BPE then merges separately.
+//
+// The pattern is GPT-2's (and tiktoken's "gpt2" / r50k_base):
+//   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+// tried left to right at each position, first alternative that matches wins, as in Perl. It is run
+// by PCRE2 (UTF, UCP, JIT) with real Unicode general categories for \p{L} and \p{N}. \s is spelled
+// out as Unicode's White_Space property (what tiktoken's Rust regex means by \s; PCRE2's own \s
+// leaves out U+0085). Contractions are lowercase only: "THEY'RE" gives "THEY", "'", "RE".
+//
+//   "Hello world's  end\n"  ->  "Hello" " world" "'s" " " " end" "\n"
+//   (the run of two spaces keeps its last space for the following word: \s+(?!\S))
+//
+// Invalid UTF-8 (tiktoken cannot even receive it: its encode takes a string). tformer cuts the
+// input into maximal runs of valid UTF-8 and maximal runs of bytes that are not part of any valid
+// character (strict UTF-8: no overlong forms, no surrogates, nothing above U+10FFFF). Each valid run
+// is pre-tokenized by the pattern as if it were the whole text; each invalid run is one piece. So
+// valid UTF-8 input gets exactly GPT-2's pieces, and "ab\xff cd" gives "ab" "\xff" " cd". The
+// pieces always concatenate back to the input.
+#pragma once
+
+#include <cstddef>
+#include <string_view>
+#include <vector>
+
+namespace tformer {
+
+class Gpt2PreTokenizer {
+ public:
+  Gpt2PreTokenizer();  // compiles the pattern (and JIT-compiles it when the platform allows)
+  ~Gpt2PreTokenizer();
+  Gpt2PreTokenizer(const Gpt2PreTokenizer&) = delete;
+  Gpt2PreTokenizer& operator=(const Gpt2PreTokenizer&) = delete;
+
+  // The process-wide instance (thread-safe; split() may run on many threads at once).
+  static const Gpt2PreTokenizer& instance();
+
+  // Calls f(piece) for each piece of text, in order; pieces are views into text. Any bytes.
+  template <typename F>
+  void for_each_piece(std::string_view text, F&& f) const {
+    size_t i = 0;
+    while (i < text.size()) {
+      const size_t j = valid_run_end(text, i);
+      const std::string_view valid = text.substr(i, j - i);
+      for (size_t at = 0; at < valid.size();) {
+        const size_t end = match_end(valid, at);
+        f(valid.substr(at, end - at));
+        at = end;
+      }
+      const size_t k = invalid_run_end(text, j);
+      if (k > j) f(text.substr(j, k - j));
+      i = k;
+    }
+  }
+  std::vector<std::string_view> split(std::string_view text) const {
+    std::vector<std::string_view> out;
+    for_each_piece(text, [&](std::string_view piece) { out.push_back(piece); });
+    return out;
+  }
+
+ private:
+  // End of the maximal valid UTF-8 run starting at i / of the maximal invalid run starting at i.
+  static size_t valid_run_end(std::string_view text, size_t i);
+  static size_t invalid_run_end(std::string_view text, size_t i);
+  // End of the pattern's match at `at` in valid (valid UTF-8, at < valid.size()).
+  size_t match_end(std::string_view valid, size_t at) const;
+  void* code_ = nullptr;  // pcre2_code_8*
+  bool jit_ = false;
+};
+
+}  // namespace tformer

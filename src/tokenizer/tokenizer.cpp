@@ -1,0 +1,163 @@
+#include "tokenizer/tokenizer.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+#include "tokenizer/byte_bpe.h"
+#include "tokenizer/char_tokenizer.h"
+
+namespace tformer {
+
+std::string Tokenizer::decode(std::span<const TokenId> ids) const {
+  std::string out;
+  for (TokenId id : ids) append_token_bytes(id, out);
+  return out;
+}
+
+std::optional<TokenId> Tokenizer::special_id(std::string_view text) const {
+  const auto specials = special_tokens();
+  auto it = specials.find(std::string(text));
+  if (it == specials.end()) return std::nullopt;
+  return it->second;
+}
+
+std::unique_ptr<Tokenizer> tokenizer_from_json(const nlohmann::json& j) {
+  if (!j.is_object() || !j.contains("kind") || !j["kind"].is_string())
+    fail("tokenizer JSON: expected an object with a string \"kind\"");
+  const std::string kind = j["kind"].get<std::string>();
+  if (kind == "char") return std::make_unique<CharTokenizer>(CharTokenizer::from_json(j));
+  if (kind == "byte-bpe") return std::make_unique<ByteBpeTokenizer>(ByteBpeTokenizer::from_json(j));
+  fail("tokenizer JSON: unknown kind '{}' (known: char, byte-bpe)", kind);
+}
+
+std::unique_ptr<Tokenizer> load_tokenizer_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("{}: cannot open tokenizer file", path);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    fail("{}: not a valid tokenizer JSON file: {}", path, e.what());
+  }
+  // A checkpoint's header may carry the tokenizer under "tokenizer".
+  if (j.is_object() && !j.contains("kind") && j.contains("tokenizer")) j = j["tokenizer"];
+  try {
+    return tokenizer_from_json(j);
+  } catch (const Error& e) {
+    fail("{}: {}", path, e.what());
+  }
+}
+
+void save_tokenizer_file(const Tokenizer& tokenizer, const std::string& path) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) fail("{}: cannot write", tmp);
+    out << tokenizer.to_json().dump() << '\n';
+    if (!out) fail("{}: write failed", tmp);
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) fail("{}: cannot rename to {}: {}", tmp, path, ec.message());
+}
+
+#ifndef TFORMER_GPT2_DEFAULT_DIR
+#define TFORMER_GPT2_DEFAULT_DIR "build-data/gpt2"
+#endif
+
+std::string gpt2_vocab_dir(const std::string& override_dir) {
+  std::string dir = override_dir;
+  std::string source = "--gpt2-dir";
+  if (dir.empty()) {
+    if (const char* env = std::getenv("TFORMER_GPT2_DIR"); env && *env) {
+      dir = env;
+      source = "$TFORMER_GPT2_DIR";
+    } else {
+      dir = TFORMER_GPT2_DEFAULT_DIR;
+      source = "the default location";
+    }
+  }
+  namespace fs = std::filesystem;
+  if (!fs::is_regular_file(fs::path(dir) / "encoder.json") || !fs::is_regular_file(fs::path(dir) / "vocab.bpe"))
+    fail("GPT-2's vocabulary is not in {} ({}): expected encoder.json and vocab.bpe there; run "
+         "scripts/fetch-gpt2-vocab.sh, or pass --gpt2-dir / set TFORMER_GPT2_DIR",
+         dir, source);
+  return dir;
+}
+
+std::unique_ptr<Tokenizer> tokenizer_by_name(const std::string& name, const std::string& gpt2_dir) {
+  if (name == "gpt2") return std::make_unique<ByteBpeTokenizer>(ByteBpeTokenizer::load_gpt2_dir(gpt2_vocab_dir(gpt2_dir)));
+  if (name == "char") return std::make_unique<CharTokenizer>(CharTokenizer::bytes());
+  if (!std::filesystem::exists(name))
+    fail("tokenizer '{}': not 'gpt2', not 'char', and no such file", name);
+  return load_tokenizer_file(name);
+}
+
+int utf8_char_length(std::string_view s) {
+  if (s.empty()) return -1;
+  const auto b = [&](size_t i) { return static_cast<unsigned char>(s[i]); };
+  const unsigned char b0 = b(0);
+  if (b0 < 0x80) return 1;
+  int n;
+  unsigned char lo = 0x80, hi = 0xBF;  // allowed range of the second byte
+  if (b0 >= 0xC2 && b0 <= 0xDF) {
+    n = 2;
+  } else if (b0 >= 0xE0 && b0 <= 0xEF) {
+    n = 3;
+    if (b0 == 0xE0) lo = 0xA0;  // no overlong forms
+    if (b0 == 0xED) hi = 0x9F;  // no surrogates
+  } else if (b0 >= 0xF0 && b0 <= 0xF4) {
+    n = 4;
+    if (b0 == 0xF0) lo = 0x90;  // no overlong forms
+    if (b0 == 0xF4) hi = 0x8F;  // <= U+10FFFF
+  } else {
+    return 0;  // a continuation byte, C0, C1 or F5..FF
+  }
+  for (int i = 1; i < n; ++i) {
+    if (static_cast<size_t>(i) >= s.size()) return -1;
+    const unsigned char c = b(i);
+    const unsigned char l = i == 1 ? lo : 0x80, h = i == 1 ? hi : 0xBF;
+    if (c < l || c > h) return 0;
+  }
+  return n;
+}
+
+bool is_valid_utf8(std::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    const int n = utf8_char_length(s.substr(i));
+    if (n <= 0) return false;
+    i += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+std::string StreamingDecoder::feed(TokenId id) {
+  tokenizer_.append_token_bytes(id, pending_);
+  size_t i = 0;
+  while (i < pending_.size()) {
+    const int n = utf8_char_length(std::string_view(pending_).substr(i));
+    if (n < 0) break;                        // unfinished character: wait for more bytes
+    i += n == 0 ? 1 : static_cast<size_t>(n);  // an invalid byte goes out as it is
+  }
+  std::string out = pending_.substr(0, i);
+  pending_.erase(0, i);
+  return out;
+}
+
+std::string StreamingDecoder::flush() {
+  std::string out;
+  out.swap(pending_);
+  return out;
+}
+
+}  // namespace tformer

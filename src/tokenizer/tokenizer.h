@@ -1,0 +1,102 @@
+// The one tokenizer interface the model sees: text (raw bytes) -> token ids -> text.
+//
+// Every tokenizer is exact on bytes: decode(encode(x)) == x for every byte string x, invalid UTF-8
+// included. Kinds (kind()):
+//   "char"      CharTokenizer (char_tokenizer.h): one id per byte.
+//   "byte-bpe"  ByteBpeTokenizer (byte_bpe.h): GPT-2's byte-level BPE, or one trained the same way.
+//   "bpe"       Sennrich BPE (sennrich_bpe.h), when it is added to tokenizer_from_json.
+//
+// A tokenizer serialises to JSON (to_json) for a checkpoint's header; tokenizer_from_json reads it
+// back, and the result encodes to identical ids. Every JSON form has "kind" and "version".
+//
+// Special tokens (e.g. GPT-2's "<|endoftext|>" = 50256) are recognised in encode's input only when
+// allow_special is true; otherwise their text is ordinary text (tiktoken's encode_ordinary).
+//
+// Printing while generating: StreamingDecoder takes ids one at a time and returns only whole UTF-8
+// characters, so a multi-byte character split over two tokens is never printed in halves:
+//
+//   StreamingDecoder out(tok);
+//   for (TokenId id : generated) fmt::print("{}", out.feed(id));
+//   fmt::print("{}", out.flush());
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kernels/embedding.h"  // TokenId
+
+namespace tformer {
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+
+  // "char", "byte-bpe", "bpe".
+  virtual std::string kind() const = 0;
+  // Ids are 0 .. vocab_size() - 1, special tokens included.
+  virtual int64_t vocab_size() const = 0;
+
+  virtual std::vector<TokenId> encode(std::string_view text, bool allow_special = false) const = 0;
+  // Appends the bytes of one token to out; an id outside [0, vocab_size()) throws Error naming it.
+  virtual void append_token_bytes(TokenId id, std::string& out) const = 0;
+  // The concatenated bytes of the tokens; throws Error naming the first id out of range.
+  std::string decode(std::span<const TokenId> ids) const;
+
+  // Special tokens by their text; empty when the tokenizer has none.
+  virtual std::map<std::string, TokenId> special_tokens() const { return {}; }
+  std::optional<TokenId> special_id(std::string_view text) const;
+  // GPT-2's end-of-text token, when the vocabulary has one.
+  std::optional<TokenId> eot_id() const { return special_id("<|endoftext|>"); }
+
+  virtual nlohmann::json to_json() const = 0;
+};
+
+// Builds a tokenizer from its to_json() form; throws Error on an unknown kind or a malformed form.
+std::unique_ptr<Tokenizer> tokenizer_from_json(const nlohmann::json& j);
+// Reads a file holding a to_json() form (errors name the file).
+std::unique_ptr<Tokenizer> load_tokenizer_file(const std::string& path);
+// Writes to_json() to a file (through a temporary file and a rename).
+void save_tokenizer_file(const Tokenizer& tokenizer, const std::string& path);
+
+// The folder holding GPT-2's encoder.json and vocab.bpe: override_dir when not empty, else
+// $TFORMER_GPT2_DIR when set, else build-data/gpt2 in the source tree (where
+// scripts/fetch-gpt2-vocab.sh puts them). Throws Error naming the folder tried when the files are
+// not there, and how to fetch them.
+std::string gpt2_vocab_dir(const std::string& override_dir = "");
+// A tokenizer by name: "gpt2" (GPT-2's vocabulary, from gpt2_vocab_dir(gpt2_dir)), "char" (the
+// 256-byte char tokenizer), or else the path of a saved tokenizer file (to_json form).
+std::unique_ptr<Tokenizer> tokenizer_by_name(const std::string& name, const std::string& gpt2_dir = "");
+
+// Length of the complete, valid UTF-8 character at the start of s (1-4), 0 when s starts with a
+// byte sequence that is invalid UTF-8, and -1 when s is a valid but unfinished prefix of a
+// character (more bytes could complete it). Strict: no overlong forms, no surrogates, <= U+10FFFF.
+int utf8_char_length(std::string_view s);
+// True when s is entirely valid UTF-8.
+bool is_valid_utf8(std::string_view s);
+
+// Decodes ids one at a time, as generation prints them. feed() returns the bytes that now form
+// complete UTF-8 characters, together with bytes that are definitely not valid UTF-8 (these come
+// out as they are); a valid but unfinished character waits for the next token. flush() returns
+// what is still waiting (an unfinished character at the end comes out as its raw bytes). The
+// concatenation of every feed() and the final flush() equals tokenizer.decode(all ids) exactly,
+// and on valid UTF-8 output each returned chunk is itself valid UTF-8.
+class StreamingDecoder {
+ public:
+  explicit StreamingDecoder(const Tokenizer& tokenizer) : tokenizer_(tokenizer) {}
+  std::string feed(TokenId id);
+  std::string flush();
+
+ private:
+  const Tokenizer& tokenizer_;
+  std::string pending_;
+};
+
+}  // namespace tformer

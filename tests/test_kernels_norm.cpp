@@ -1,0 +1,274 @@
+// LayerNorm and RMSNorm: hand-computed rows, backward against finite differences (x, gain, bias),
+// the shift/scale properties of LayerNorm with the epsilon effect predicted, float against double,
+// and thread-count independence.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "core/threads.h"
+#include "kernels/norm.h"
+#include "test_util.h"
+
+namespace tformer {
+namespace {
+
+using test::all_close;
+using test::random_values;
+
+template <typename T>
+std::vector<T> as(const std::vector<double>& v) {
+  return std::vector<T>(v.begin(), v.end());
+}
+
+TEST(LayerNorm, HandComputedRows) {
+  // eps = 2/9 makes the arithmetic exact by hand.
+  // Row 0 = [1, 2, 4]: mean 7/3; deviations [-4/3, -1/3, 5/3]; squares [16/9, 1/9, 25/9], sum 42/9,
+  //   var = 14/9; var + eps = 16/9, so rstd = 3/4 and xhat = [-1, -1/4, 5/4].
+  //   gain [0.5, 1, 2], bias [0.1, -0.2, 0.3]: y = [-0.5 + 0.1, -0.25 - 0.2, 2.5 + 0.3] = [-0.4, -0.45, 2.8].
+  // Row 1 = [3, 3, 3]: var 0, rstd = 1/sqrt(2/9) = 3/sqrt(2) = 2.1213203435596424, xhat = 0, y = bias.
+  const std::vector<double> x{1, 2, 4, 3, 3, 3}, gain{0.5, 1, 2}, bias{0.1, -0.2, 0.3};
+  const double eps = 2.0 / 9.0;
+  const std::vector<double> expected{-0.4, -0.45, 2.8, 0.1, -0.2, 0.3};
+  std::vector<double> y(6), mean(2), rstd(2);
+  layernorm_forward<double>(y.data(), mean.data(), rstd.data(), x.data(), gain.data(), bias.data(), 2, 3, eps);
+  EXPECT_TRUE(all_close(y, expected, 1e-15, 1e-15));
+  EXPECT_NEAR(mean[0], 7.0 / 3.0, 1e-15);
+  EXPECT_EQ(mean[1], 3.0);
+  EXPECT_NEAR(rstd[0], 0.75, 1e-15);
+  EXPECT_NEAR(rstd[1], 2.1213203435596424, 1e-15);
+  // Float path: same numbers to float precision.
+  const auto xf = as<float>(x), gf = as<float>(gain), bf = as<float>(bias);
+  std::vector<float> yf(6), mf(2), rf(2);
+  layernorm_forward<float>(yf.data(), mf.data(), rf.data(), xf.data(), gf.data(), bf.data(), 2, 3, 2.0f / 9.0f);
+  EXPECT_TRUE(all_close(yf, expected, 1e-6, 1e-7));
+  // Null bias means no bias: y - bias.
+  std::vector<double> y0(6);
+  layernorm_forward<double>(y0.data(), mean.data(), rstd.data(), x.data(), gain.data(), nullptr, 2, 3, eps);
+  for (int i = 0; i < 6; ++i) EXPECT_NEAR(y0[i], expected[i] - bias[i % 3], 1e-15);
+}
+
+TEST(RmsNorm, HandComputedRows) {
+  // eps = 1.
+  // Row 0 = [1, -2, 2]: mean square (1 + 4 + 4)/3 = 3; + eps = 4; rstd = 1/2; x * rstd = [0.5, -1, 1];
+  //   gain [0.5, 1, 2] -> y = [0.25, -1, 2].
+  // Row 1 = [2, 0, -1]: mean square 5/3; + 1 = 8/3; rstd = sqrt(3/8) = 0.6123724356957945;
+  //   y = [2 * 0.5, 0, -1 * 2] * 0.6123724356957945 = [0.6123724356957945, 0, -1.224744871391589].
+  // Row 2 = [0, 0, 0]: rstd = 1, y = 0 (eps keeps it finite).
+  const std::vector<double> x{1, -2, 2, 2, 0, -1, 0, 0, 0}, gain{0.5, 1, 2};
+  const std::vector<double> expected{0.25, -1, 2, 0.6123724356957945, 0, -1.224744871391589, 0, 0, 0};
+  std::vector<double> y(9), rstd(3);
+  rmsnorm_forward<double>(y.data(), rstd.data(), x.data(), gain.data(), 3, 3, 1.0);
+  EXPECT_TRUE(all_close(y, expected, 1e-15, 1e-16));
+  EXPECT_EQ(rstd[0], 0.5);
+  EXPECT_NEAR(rstd[1], 0.6123724356957945, 1e-16);
+  EXPECT_EQ(rstd[2], 1.0);
+  const auto xf = as<float>(x), gf = as<float>(gain);
+  std::vector<float> yf(9), rf(3);
+  rmsnorm_forward<float>(yf.data(), rf.data(), xf.data(), gf.data(), 3, 3, 1.0f);
+  EXPECT_TRUE(all_close(yf, expected, 1e-6, 1e-7));
+}
+
+// Rows of different character: ordinary, small variance (comparable to eps), large offset.
+std::vector<double> norm_inputs(int64_t rows, int64_t cols, uint64_t seed) {
+  std::vector<double> x = random_values(rows * cols, seed, -1.5, 2.5);
+  for (int64_t c = 0; c < cols; ++c) {
+    if (rows > 1) x[1 * cols + c] = 0.7 + 0.004 * x[1 * cols + c];  // var ~ 5e-6 (eps 1e-5)
+    if (rows > 2) x[2 * cols + c] += 40.0;
+  }
+  return x;
+}
+
+TEST(LayerNorm, BackwardMatchesFiniteDifferences) {
+  const int64_t rows = 3, cols = 5;
+  const double eps = 1e-5;
+  std::vector<double> x = norm_inputs(rows, cols, 71), gain = random_values(cols, 72, 0.5, 1.5),
+                      bias = random_values(cols, 73, -0.5, 0.5);
+  const std::vector<double> r = random_values(rows * cols, 74, -1.0, 2.0);  // loss = sum(r * y)
+  auto loss = [&] {
+    std::vector<double> y(rows * cols), m(rows), s(rows);
+    layernorm_forward<double>(y.data(), m.data(), s.data(), x.data(), gain.data(), bias.data(), rows, cols, eps);
+    double acc = 0;
+    for (int64_t i = 0; i < rows * cols; ++i) acc += r[i] * y[i];
+    return acc;
+  };
+  std::vector<double> y(rows * cols), mean(rows), rstd(rows);
+  layernorm_forward<double>(y.data(), mean.data(), rstd.data(), x.data(), gain.data(), bias.data(), rows, cols, eps);
+  // Start non-zero: backward accumulates.
+  std::vector<double> dx(rows * cols, 0.25), dg(cols, -0.5), db(cols, 1.0);
+  layernorm_backward<double>(dx.data(), dg.data(), db.data(), r.data(), x.data(), mean.data(), rstd.data(),
+                             gain.data(), rows, cols);
+  for (auto& v : dx) v -= 0.25;
+  for (auto& v : dg) v += 0.5;
+  for (auto& v : db) v -= 1.0;
+  EXPECT_LT(test::gradient_error(dx, test::numeric_gradient(loss, x)), 1e-6);
+  EXPECT_LT(test::gradient_error(dg, test::numeric_gradient(loss, gain)), 1e-6);
+  EXPECT_LT(test::gradient_error(db, test::numeric_gradient(loss, bias)), 1e-6);
+  // Null gradient pointers are skipped; dx alone is the same.
+  std::vector<double> dx_only(rows * cols, 0.0);
+  layernorm_backward<double>(dx_only.data(), nullptr, nullptr, r.data(), x.data(), mean.data(), rstd.data(),
+                             gain.data(), rows, cols);
+  EXPECT_TRUE(all_close(dx_only, dx, 1e-14, 1e-14));
+}
+
+TEST(RmsNorm, BackwardMatchesFiniteDifferences) {
+  const int64_t rows = 3, cols = 6;
+  const double eps = 1e-5;
+  std::vector<double> x = norm_inputs(rows, cols, 81), gain = random_values(cols, 82, 0.5, 1.5);
+  for (int64_t c = 0; c < cols; ++c) x[1 * cols + c] -= 0.7;  // mean square ~5e-6: eps matters
+  const std::vector<double> r = random_values(rows * cols, 83, -1.0, 2.0);
+  auto loss = [&] {
+    std::vector<double> y(rows * cols), s(rows);
+    rmsnorm_forward<double>(y.data(), s.data(), x.data(), gain.data(), rows, cols, eps);
+    double acc = 0;
+    for (int64_t i = 0; i < rows * cols; ++i) acc += r[i] * y[i];
+    return acc;
+  };
+  std::vector<double> y(rows * cols), rstd(rows);
+  rmsnorm_forward<double>(y.data(), rstd.data(), x.data(), gain.data(), rows, cols, eps);
+  std::vector<double> dx(rows * cols, -0.75), dg(cols, 2.0);
+  rmsnorm_backward<double>(dx.data(), dg.data(), r.data(), x.data(), rstd.data(), gain.data(), rows, cols);
+  for (auto& v : dx) v += 0.75;
+  for (auto& v : dg) v -= 2.0;
+  EXPECT_LT(test::gradient_error(dx, test::numeric_gradient(loss, x)), 1e-6);
+  EXPECT_LT(test::gradient_error(dg, test::numeric_gradient(loss, gain)), 1e-6);
+}
+
+template <typename T>
+void check_shift_invariance() {
+  const int64_t rows = 2, cols = 16;
+  const auto x = as<T>(random_values(rows * cols, 91, -1.0, 1.0));
+  const auto gain = as<T>(random_values(cols, 92, 0.5, 1.5)), bias = as<T>(random_values(cols, 93, -0.5, 0.5));
+  std::vector<T> y(rows * cols), mean(rows), rstd(rows);
+  layernorm_forward<T>(y.data(), mean.data(), rstd.data(), x.data(), gain.data(), bias.data(), rows, cols, T(1e-5));
+  const double u = std::numeric_limits<T>::epsilon() / 2;  // unit roundoff
+  const double rstd_max = std::max<double>(rstd[0], rstd[1]);
+  for (double c : {100.0, -37.5, 3.25}) {
+    std::vector<T> xc(x), yc(rows * cols), mc(rows), rc(rows);
+    for (auto& v : xc) v = static_cast<T>(v + static_cast<T>(c));
+    layernorm_forward<T>(yc.data(), mc.data(), rc.data(), xc.data(), gain.data(), bias.data(), rows, cols, T(1e-5));
+    // Exact in real arithmetic. In T, forming x + c rounds each element by up to ulp(x + c)/2 <= 2|c|u,
+    // which enters x - mean (twice: the element and the mean) and is scaled by rstd * gain (< 1.5);
+    // the output itself rounds by u |y| (|y| < 4). Tolerance: 4 |c| u rstd 1.5 + 8 u.
+    const double tol = 4 * std::abs(c) * u * rstd_max * 1.5 + 8 * u;
+    EXPECT_TRUE(all_close(yc, y, 0, tol)) << "c = " << c;
+  }
+}
+
+TEST(LayerNorm, AddingAConstantLeavesOutputUnchanged) {
+  check_shift_invariance<double>();  // tol ~ 1e-13 for c = 100
+  check_shift_invariance<float>();   // tol ~ 6e-5 for c = 100: the float rounding of x + c itself
+}
+
+TEST(LayerNorm, ScalingDeviationIsPredictedByEpsilon) {
+  // No affine (gain 1, bias 0). y(x)_j = (x_j - m) / sqrt(var + eps); scaling by c > 0 gives
+  //   y(cx)_j = c (x_j - m) / sqrt(c^2 var + eps) = (x_j - m) / sqrt(var + eps / c^2),
+  // so y(cx)_j / y(x)_j = sqrt(var + eps) / sqrt(var + eps / c^2) for every j: not 1 unless eps = 0.
+  const int64_t rows = 2, cols = 9;
+  const double eps = 1e-5;
+  std::vector<double> x = random_values(rows * cols, 101, -1.0, 1.0);
+  for (int64_t j = 0; j < cols; ++j) x[cols + j] *= 0.005;  // row 1: var ~ 8e-6, comparable to eps
+  const std::vector<double> ones(cols, 1.0), zeros(cols, 0.0);
+  std::vector<double> y(rows * cols), m(rows), s(rows);
+  layernorm_forward<double>(y.data(), m.data(), s.data(), x.data(), ones.data(), zeros.data(), rows, cols, eps);
+  for (double c : {10.0, 0.5, 3.0}) {
+    std::vector<double> xc(x), yc(rows * cols);
+    for (auto& v : xc) v *= c;
+    layernorm_forward<double>(yc.data(), m.data(), s.data(), xc.data(), ones.data(), zeros.data(), rows, cols, eps);
+    for (int64_t r = 0; r < rows; ++r) {
+      // The test's own statistics (independent of the kernel's).
+      double mean = 0, var = 0;
+      for (int64_t j = 0; j < cols; ++j) mean += x[r * cols + j];
+      mean /= cols;
+      for (int64_t j = 0; j < cols; ++j) var += (x[r * cols + j] - mean) * (x[r * cols + j] - mean);
+      var /= cols;
+      const double predicted = std::sqrt(var + eps) / std::sqrt(var + eps / (c * c));
+      for (int64_t j = 0; j < cols; ++j) {
+        const double dev = x[r * cols + j] - mean;
+        if (std::abs(dev) < 0.1 * std::sqrt(var)) continue;  // ratio of two near-zero numbers: skip
+        const double measured = yc[r * cols + j] / y[r * cols + j];
+        // Each y has relative error ~ a few 1e-16 (more where x_j - mean cancels, bounded by the skip
+        // above at ~ 1e-15), so 1e-12 on the ratio is tight enough to tell the deviation apart.
+        EXPECT_NEAR(measured, predicted, 1e-12) << "row " << r << " j " << j << " c " << c;
+      }
+      if (r == 0) {
+        // var ~ 0.3 >> eps: almost invariant, deviation ~ eps (1 - 1/c^2) / (2 var) ~ 1e-5, yet
+        // far above the 1e-12 measurement tolerance.
+        EXPECT_LT(std::abs(predicted - 1), 1e-4) << "c " << c;
+        EXPECT_GT(std::abs(predicted - 1), 1e-7) << "c " << c;
+      } else {
+        // var comparable to eps: the "invariance" fails visibly.
+        EXPECT_GT(std::abs(predicted - 1), 0.05) << "c " << c;
+      }
+      EXPECT_EQ(predicted > 1, c > 1);  // c > 1 shrinks eps / c^2, so |y| grows
+    }
+  }
+}
+
+TEST(Norm, FloatMatchesDouble) {
+  const int64_t rows = 9, cols = 37;
+  const std::vector<double> x = norm_inputs(rows, cols, 111), gain = random_values(cols, 112, 0.5, 1.5),
+                            bias = random_values(cols, 113, -0.5, 0.5), dy = random_values(rows * cols, 114);
+  const auto xf = as<float>(x), gf = as<float>(gain), bf = as<float>(bias), dyf = as<float>(dy);
+  // LayerNorm. Row 1's tiny variance amplifies the float rounding of x (relative 6e-8 of 0.7,
+  // divided by std ~ 3e-3, times rstd); to compare like with like, the double path gets the SAME
+  // float-rounded inputs (xf widened), so only the kernels' arithmetic differs.
+  const std::vector<double> xw(xf.begin(), xf.end()), gw(gf.begin(), gf.end()), bw(bf.begin(), bf.end()),
+      dyw(dyf.begin(), dyf.end());
+  std::vector<double> y(rows * cols), m(rows), s(rows), dx(rows * cols), dg(cols), db(cols);
+  layernorm_forward<double>(y.data(), m.data(), s.data(), xw.data(), gw.data(), bw.data(), rows, cols, 1e-5);
+  layernorm_backward<double>(dx.data(), dg.data(), db.data(), dyw.data(), xw.data(), m.data(), s.data(), gw.data(),
+                             rows, cols);
+  std::vector<float> yf(rows * cols), mf(rows), sf(rows), dxf(rows * cols), dgf(cols), dbf(cols);
+  layernorm_forward<float>(yf.data(), mf.data(), sf.data(), xf.data(), gf.data(), bf.data(), rows, cols, 1e-5f);
+  layernorm_backward<float>(dxf.data(), dgf.data(), dbf.data(), dyf.data(), xf.data(), mf.data(), sf.data(),
+                            gf.data(), rows, cols);
+  // Float rounds each output once (|y| <= ~3), and the saved mean/rstd are rounded to float before
+  // the backward (relative 6e-8; the mean of row 2 ~ 40 loses ~2e-6 absolute, times rstd ~ 1).
+  // dx of row 1 is ~rstd ~ 300 in magnitude. 1e-5 relative + 1e-5 absolute covers these.
+  EXPECT_TRUE(all_close(yf, y, 1e-5, 1e-5));
+  EXPECT_TRUE(all_close(mf, m, 1e-6, 0));
+  EXPECT_TRUE(all_close(sf, s, 1e-6, 0));
+  EXPECT_TRUE(all_close(dxf, dx, 1e-5, 1e-5));
+  EXPECT_TRUE(all_close(dgf, dg, 1e-5, 1e-5));
+  EXPECT_TRUE(all_close(dbf, db, 1e-5, 1e-5));
+  // RMSNorm.
+  std::vector<double> ry(rows * cols), rs(rows), rdx(rows * cols), rdg(cols);
+  rmsnorm_forward<double>(ry.data(), rs.data(), xw.data(), gw.data(), rows, cols, 1e-5);
+  rmsnorm_backward<double>(rdx.data(), rdg.data(), dyw.data(), xw.data(), rs.data(), gw.data(), rows, cols);
+  std::vector<float> ryf(rows * cols), rsf(rows), rdxf(rows * cols), rdgf(cols);
+  rmsnorm_forward<float>(ryf.data(), rsf.data(), xf.data(), gf.data(), rows, cols, 1e-5f);
+  rmsnorm_backward<float>(rdxf.data(), rdgf.data(), dyf.data(), xf.data(), rsf.data(), gf.data(), rows, cols);
+  EXPECT_TRUE(all_close(ryf, ry, 1e-5, 1e-6));
+  EXPECT_TRUE(all_close(rsf, rs, 1e-6, 0));
+  EXPECT_TRUE(all_close(rdxf, rdx, 1e-5, 1e-6));
+  EXPECT_TRUE(all_close(rdgf, rdg, 1e-5, 1e-6));
+}
+
+TEST(Norm, SameResultWithOneAndTwoThreads) {
+  // 300 x 130 = 39000 elements: above the kernels' 2^15-element parallel threshold; 130 columns make
+  // three column blocks in the gain/bias reductions.
+  const int64_t rows = 300, cols = 130;
+  const auto x = as<float>(random_values(rows * cols, 121, -2.0, 2.0));
+  const auto gain = as<float>(random_values(cols, 122, 0.5, 1.5)), bias = as<float>(random_values(cols, 123));
+  const auto dy = as<float>(random_values(rows * cols, 124));
+  auto run = [&](int threads) {
+    set_num_threads(threads);
+    std::vector<float> y(rows * cols), m(rows), s(rows), dx(rows * cols, 0.5f), dg(cols, 0.5f), db(cols, 0.5f);
+    layernorm_forward<float>(y.data(), m.data(), s.data(), x.data(), gain.data(), bias.data(), rows, cols, 1e-5f);
+    layernorm_backward<float>(dx.data(), dg.data(), db.data(), dy.data(), x.data(), m.data(), s.data(), gain.data(),
+                              rows, cols);
+    std::vector<float> ry(rows * cols), rs(rows), rdx(rows * cols, 0.5f), rdg(cols, 0.5f);
+    rmsnorm_forward<float>(ry.data(), rs.data(), x.data(), gain.data(), rows, cols, 1e-5f);
+    rmsnorm_backward<float>(rdx.data(), rdg.data(), dy.data(), x.data(), rs.data(), gain.data(), rows, cols);
+    return std::vector<std::vector<float>>{y, m, s, dx, dg, db, ry, rs, rdx, rdg};
+  };
+  const auto one = run(1), two = run(2);
+  set_num_threads(0);
+  for (size_t k = 0; k < one.size(); ++k) EXPECT_EQ(one[k], two[k]) << "output " << k;
+}
+
+}  // namespace
+}  // namespace tformer

@@ -1,0 +1,253 @@
+// Rotary position embedding: length preservation, the relative-position identity (both sides
+// computed by separate kernel calls), both pairings against hand-computed cases and against each
+// other, per-token positions, the cached-query position trap, the backward against finite
+// differences, float angles, threads and argument checks.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include "core/error.h"
+#include "core/threads.h"
+#include "kernels/rope.h"
+#include "test_util.h"
+
+namespace tformer {
+namespace {
+
+using test::all_close;
+using test::random_values;
+
+constexpr RopePairing kPairings[] = {RopePairing::Adjacent, RopePairing::Halves};
+
+const char* name(RopePairing p) { return p == RopePairing::Adjacent ? "Adjacent" : "Halves"; }
+
+RopeParams params(int64_t hd, RopePairing pairing) {
+  RopeParams p;
+  p.head_dim = hd;
+  p.pairing = pairing;
+  return p;
+}
+
+// One head vector rotated to one position (a one-token, one-head call).
+std::vector<double> rotated(std::vector<double> x, int64_t pos, const RopeParams& p) {
+  rope_forward<double>(x.data(), &pos, 1, 1, p.head_dim, p);
+  return x;
+}
+
+double dot(const std::vector<double>& a, const std::vector<double>& b) {
+  return std::inner_product(a.begin(), a.end(), b.begin(), 0.0);
+}
+
+TEST(Rope, PreservesEachHeadVectorsLength) {
+  const int64_t n_tokens = 5, H = 3, hd = 8;
+  const std::vector<int64_t> pos{0, 1, 7, 100, 12345};
+  for (RopePairing pairing : kPairings) {
+    const auto x = random_values(n_tokens * H * hd, 1);
+    auto y = x;
+    rope_forward<double>(y.data(), pos.data(), n_tokens, H, H * hd, params(hd, pairing));
+    EXPECT_NE(y, x) << name(pairing);
+    for (int64_t t = 0; t < n_tokens; ++t)
+      for (int64_t h = 0; h < H; ++h) {
+        const auto at = [&](const std::vector<double>& v) {
+          return std::vector<double>(v.begin() + (t * H + h) * hd, v.begin() + (t * H + h + 1) * hd);
+        };
+        EXPECT_NEAR(std::sqrt(dot(at(y), at(y))), std::sqrt(dot(at(x), at(x))), 1e-13)
+            << name(pairing) << " t=" << t << " h=" << h;
+      }
+  }
+}
+
+// q rotated at m, k rotated at n: q'.k' depends on n - m only. Each side is its own pair of
+// kernel calls; changing the gap changes the product.
+TEST(Rope, DotProductDependsOnlyOnThePositionGap) {
+  const int64_t hd = 8;
+  const auto q = random_values(hd, 11), k = random_values(hd, 12);
+  for (RopePairing pairing : kPairings) {
+    const RopeParams p = params(hd, pairing);
+    for (auto [m, n] : {std::pair<int64_t, int64_t>{0, 0}, {3, 1}, {2, 9}, {40, 7}}) {
+      const double base = dot(rotated(q, m, p), rotated(k, n, p));
+      for (int64_t shift : {1, 5, 37, 1000}) {
+        const double shifted = dot(rotated(q, m + shift, p), rotated(k, n + shift, p));
+        EXPECT_NEAR(shifted, base, 1e-12) << name(pairing) << " m=" << m << " n=" << n << " shift=" << shift;
+      }
+      // A different gap gives a different score.
+      const double other_gap = dot(rotated(q, m, p), rotated(k, n + 1, p));
+      EXPECT_GT(std::abs(other_gap - base), 1e-4) << name(pairing) << " m=" << m << " n=" << n;
+    }
+  }
+}
+
+// head_dim 4, base 10000: theta_0 = 10000^0 = 1, theta_1 = 10000^(-2/4) = 0.01. x = (1, 2, 3, 4).
+//   position 1:  cos 1 = 0.5403023058681398, sin 1 = 0.8414709848078965
+//                cos 0.01 = 0.9999500004166653, sin 0.01 = 0.009999833334166664
+//   Adjacent pairs (x0, x1) at angle 1, (x2, x3) at angle 0.01:
+//     (1 c1 - 2 s1, 1 s1 + 2 c1, 3 c2 - 4 s2, 3 s2 + 4 c2)
+//     = (-1.1426396637476532, 1.922075596544176, 2.9598506679133294, 4.029799501669161)
+//   Halves pairs (x0, x2) at angle 1, (x1, x3) at angle 0.01:
+//     (1 c1 - 3 s1, 2 c2 - 4 s2, 1 s1 + 3 c1, 2 s2 + 4 c2)
+//     = (-1.9841106485555495, 1.959900667496664, 2.4623779024123156, 4.019799668334994)
+//   position 0: the identity.
+TEST(Rope, BothPairingsMatchHandComputedCase) {
+  const std::vector<int64_t> pos{1, 0};
+  const std::vector<double> x{1, 2, 3, 4, /**/ 1, 2, 3, 4};
+  const std::vector<double> adjacent{-1.1426396637476532, 1.922075596544176, 2.9598506679133294, 4.029799501669161,
+                                     1, 2, 3, 4};
+  const std::vector<double> halves{-1.9841106485555495, 1.959900667496664, 2.4623779024123156, 4.019799668334994,
+                                   1, 2, 3, 4};
+  auto ya = x, yh = x;
+  rope_forward<double>(ya.data(), pos.data(), 2, 1, 4, params(4, RopePairing::Adjacent));
+  rope_forward<double>(yh.data(), pos.data(), 2, 1, 4, params(4, RopePairing::Halves));
+  EXPECT_TRUE(all_close(ya, adjacent, 0, 1e-14));
+  EXPECT_TRUE(all_close(yh, halves, 0, 1e-14));
+  // Position 0 is exactly the identity.
+  for (int i = 4; i < 8; ++i) {
+    EXPECT_EQ(ya[i], x[i]);
+    EXPECT_EQ(yh[i], x[i]);
+  }
+  // Float: same numbers to float precision.
+  std::vector<float> xf(x.begin(), x.end());
+  rope_forward<float>(xf.data(), pos.data(), 2, 1, 4, params(4, RopePairing::Halves));
+  EXPECT_TRUE(all_close(xf, halves, 0, 1e-6));
+}
+
+// TRAPS.md 8: the pairings are not interchangeable.
+TEST(Rope, PairingsAreNotInterchangeable) {
+  const int64_t hd = 8, n = 4;
+  const std::vector<int64_t> pos{0, 1, 2, 50};
+  const auto x = random_values(n * hd, 21);
+  auto ya = x, yh = x;
+  rope_forward<double>(ya.data(), pos.data(), n, 1, hd, params(hd, RopePairing::Adjacent));
+  rope_forward<double>(yh.data(), pos.data(), n, 1, hd, params(hd, RopePairing::Halves));
+  // Row 0 (position 0) is the identity for both; every later row differs.
+  EXPECT_EQ(std::vector<double>(ya.begin(), ya.begin() + hd), std::vector<double>(x.begin(), x.begin() + hd));
+  EXPECT_EQ(std::vector<double>(yh.begin(), yh.begin() + hd), std::vector<double>(x.begin(), x.begin() + hd));
+  for (int64_t t = 1; t < n; ++t)
+    EXPECT_FALSE(all_close(ya.data() + t * hd, yh.data() + t * hd, hd, 0, 1e-3)) << "t=" << t;
+}
+
+// Positions are per token: a one-token call at position 100 equals row 100 of a long call.
+// Heads sit in rows wider than n_heads * head_dim (a fused qkv row); the rest of the row is
+// untouched.
+TEST(Rope, PositionsAreHonouredPerToken) {
+  const int64_t n = 128, H = 2, hd = 6, stride = 3 * H * hd;
+  for (RopePairing pairing : kPairings) {
+    const RopeParams p = params(hd, pairing);
+    const auto x = random_values(n * stride, 31);
+    std::vector<int64_t> pos(n);
+    std::iota(pos.begin(), pos.end(), 0);
+    auto all = x;
+    rope_forward<double>(all.data(), pos.data(), n, H, stride, p);
+    std::vector<double> one(x.begin() + 100 * stride, x.begin() + 101 * stride);
+    const int64_t p100 = 100;
+    rope_forward<double>(one.data(), &p100, 1, H, stride, p);
+    EXPECT_EQ(one, std::vector<double>(all.begin() + 100 * stride, all.begin() + 101 * stride)) << name(pairing);
+    // Beyond the heads: untouched.
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t c = H * hd; c < stride; ++c) EXPECT_EQ(all[t * stride + c], x[t * stride + c]);
+    // A position-100 token rotated as if at 0 is unchanged, which is not row 100.
+    EXPECT_NE(std::vector<double>(x.begin() + 100 * stride, x.begin() + 100 * stride + H * hd),
+              std::vector<double>(all.begin() + 100 * stride, all.begin() + 100 * stride + H * hd));
+  }
+}
+
+// Restarting positions at 0 for a cached query changes its relation to the stored keys: key at 3,
+// query at its true position 10 gives the gap-7 score; the query rotated at 0 does not.
+TEST(Rope, RestartingPositionsForACachedQueryChangesTheScore) {
+  const int64_t hd = 8;
+  const auto q = random_values(hd, 41), k = random_values(hd, 42);
+  for (RopePairing pairing : kPairings) {
+    const RopeParams p = params(hd, pairing);
+    const auto key = rotated(k, 3, p);
+    const double correct = dot(rotated(q, 10, p), key);
+    const double restarted = dot(rotated(q, 0, p), key);
+    EXPECT_NEAR(correct, dot(rotated(q, 7, p), rotated(k, 0, p)), 1e-12) << name(pairing);
+    EXPECT_GT(std::abs(correct - restarted), 1e-3) << name(pairing);
+  }
+}
+
+// Gradient of L = sum(r * rope(x)) w.r.t. x: rope_backward rotates r back.
+TEST(Rope, BackwardMatchesFiniteDifferences) {
+  const int64_t n = 4, H = 2, hd = 6, stride = H * hd + 2;
+  const std::vector<int64_t> pos{0, 3, 17, 250};
+  for (RopePairing pairing : kPairings) {
+    const RopeParams p = params(hd, pairing);
+    std::vector<double> x = random_values(n * stride, 51);
+    const std::vector<double> r = random_values(n * stride, 52);
+    auto loss = [&] {
+      auto y = x;
+      rope_forward<double>(y.data(), pos.data(), n, H, stride, p);
+      double s = 0;
+      for (int64_t t = 0; t < n; ++t)
+        for (int64_t c = 0; c < H * hd; ++c) s += r[t * stride + c] * y[t * stride + c];
+      return s;
+    };
+    auto g = r;
+    rope_backward<double>(g.data(), pos.data(), n, H, stride, p);
+    // The two padding columns of each row are not part of any head: the loss ignores them, and
+    // the backward leaves them as they were.
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t c = H * hd; c < stride; ++c) {
+        EXPECT_EQ(g[t * stride + c], r[t * stride + c]);
+        g[t * stride + c] = 0;
+      }
+    EXPECT_LT(test::gradient_error(g, test::numeric_gradient(loss, x)), 1e-6) << name(pairing);
+    // The backward undoes the forward (R^T R = I).
+    auto y = x;
+    rope_forward<double>(y.data(), pos.data(), n, H, stride, p);
+    rope_backward<double>(y.data(), pos.data(), n, H, stride, p);
+    EXPECT_TRUE(all_close(y, x, 0, 1e-14)) << name(pairing);
+  }
+}
+
+// Float data, angles in double: at position 100000 a float angle (100000 * theta_0 rounded to
+// float) would be off by up to ~4e-3 rad; ours matches double to float precision.
+TEST(Rope, FloatAgreesWithDoubleAtLargePositions) {
+  const int64_t n = 3, H = 2, hd = 16;
+  const std::vector<int64_t> pos{5, 100000, 123457};
+  for (RopePairing pairing : kPairings) {
+    const RopeParams p = params(hd, pairing);
+    auto xd = random_values(n * H * hd, 61);
+    std::vector<float> xf(xd.begin(), xd.end());
+    rope_forward<double>(xd.data(), pos.data(), n, H, H * hd, p);
+    rope_forward<float>(xf.data(), pos.data(), n, H, H * hd, p);
+    EXPECT_TRUE(all_close(xf, xd, 0, 1e-6)) << name(pairing);
+  }
+}
+
+TEST(Rope, IdenticalWithOneAndTwoThreads) {
+  const int64_t n = 512, H = 4, hd = 32;
+  std::vector<int64_t> pos(n);
+  std::iota(pos.begin(), pos.end(), 7);
+  const auto x0 = random_values(n * H * hd, 71);
+  std::vector<std::vector<float>> results;
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    std::vector<float> x(x0.begin(), x0.end());
+    rope_forward<float>(x.data(), pos.data(), n, H, H * hd, params(hd, RopePairing::Halves));
+    rope_backward<float>(x.data(), pos.data(), n / 2, H, H * hd, params(hd, RopePairing::Halves));
+    results.push_back(x);
+  }
+  set_num_threads(0);
+  EXPECT_EQ(results[0], results[1]);
+}
+
+TEST(Rope, RejectsOddHeadDimAndNegativePositions) {
+  std::vector<double> x(16, 1.0);
+  const std::vector<int64_t> pos{0, 1};
+  for (int64_t hd : {3, 5, 0})
+    EXPECT_THROW(rope_forward<double>(x.data(), pos.data(), 2, 1, 8, params(hd, RopePairing::Adjacent)), Error)
+        << "head_dim " << hd;
+  EXPECT_THROW(rope_backward<double>(x.data(), pos.data(), 2, 1, 8, params(7, RopePairing::Halves)), Error);
+  const std::vector<int64_t> neg{0, -1};
+  EXPECT_THROW(rope_forward<double>(x.data(), neg.data(), 2, 1, 8, params(8, RopePairing::Adjacent)), Error);
+  EXPECT_THROW(rope_backward<double>(x.data(), neg.data(), 2, 1, 8, params(8, RopePairing::Adjacent)), Error);
+  // Nothing was written before the error.
+  EXPECT_EQ(x, std::vector<double>(16, 1.0));
+  // A row stride smaller than the heads is an error too.
+  EXPECT_THROW(rope_forward<double>(x.data(), pos.data(), 2, 2, 8, params(8, RopePairing::Adjacent)), Error);
+}
+
+}  // namespace
+}  // namespace tformer

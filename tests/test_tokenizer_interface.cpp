@@ -1,0 +1,128 @@
+// The tokenizer interface: UTF-8 helpers, the streaming decoder, JSON (de)serialisation and the
+// factory by name. Tokenizer-specific behaviour is in test_tokenizer_char / test_tokenizer_bytebpe.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "tokenizer/char_tokenizer.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer_test_util.h"
+
+namespace tformer {
+namespace {
+
+using namespace std::string_literals;
+
+TEST(Utf8, CharLengthClassifiesCompleteUnfinishedAndInvalid) {
+  EXPECT_EQ(utf8_char_length("a"), 1);
+  EXPECT_EQ(utf8_char_length("\xc3\xa9"), 2);          // é
+  EXPECT_EQ(utf8_char_length("\xe4\xb8\xad"), 3);      // 中
+  EXPECT_EQ(utf8_char_length("\xf0\x9f\x98\x80"), 4);  // 😀
+  EXPECT_EQ(utf8_char_length("\xc3"), -1);             // unfinished
+  EXPECT_EQ(utf8_char_length("\xf0\x9f\x98"), -1);
+  EXPECT_EQ(utf8_char_length(""), -1);
+  EXPECT_EQ(utf8_char_length("\x80"), 0);            // lone continuation byte
+  EXPECT_EQ(utf8_char_length("\xc0\xaf"), 0);        // overlong '/'
+  EXPECT_EQ(utf8_char_length("\xe0\x80\xaf"), 0);    // overlong
+  EXPECT_EQ(utf8_char_length("\xed\xa0\x80"), 0);    // surrogate U+D800
+  EXPECT_EQ(utf8_char_length("\xf4\x90\x80\x80"), 0);  // above U+10FFFF
+  EXPECT_EQ(utf8_char_length("\xff"), 0);
+  EXPECT_EQ(utf8_char_length("\xc3\x41"), 0);  // lead byte followed by ASCII
+  EXPECT_EQ(utf8_char_length("\xe4\xb8"), -1);
+  EXPECT_TRUE(is_valid_utf8("h\xc3\xa9llo \xf0\x9f\x98\x80"));
+  EXPECT_FALSE(is_valid_utf8("h\xc3"));
+  EXPECT_FALSE(is_valid_utf8("\xff"));
+  EXPECT_TRUE(is_valid_utf8(""));
+}
+
+// Feeds ids one at a time; returns the chunks, then the flush as the last element.
+std::vector<std::string> stream(const Tokenizer& tok, const std::vector<TokenId>& ids) {
+  StreamingDecoder decoder(tok);
+  std::vector<std::string> chunks;
+  for (TokenId id : ids) chunks.push_back(decoder.feed(id));
+  chunks.push_back(decoder.flush());
+  return chunks;
+}
+
+TEST(StreamingDecoder, HoldsAnUnfinishedCharacterUntilItCompletes) {
+  const CharTokenizer tok = CharTokenizer::bytes();
+  const std::string text = "a\xc3\xa9 \xf0\x9f\x98\x80!";  // "aé 😀!"
+  const auto chunks = stream(tok, tok.encode(text));
+  const std::vector<std::string> expected = {"a", "", "\xc3\xa9", " ", "", "", "", "\xf0\x9f\x98\x80", "!", ""};
+  EXPECT_EQ(chunks, expected);
+}
+
+TEST(StreamingDecoder, InvalidBytesComeOutAsTheyAreAndFlushReturnsTheRest) {
+  const CharTokenizer tok = CharTokenizer::bytes();
+  // 0xff is invalid at once; 0xc3 then 'x' turns out invalid when 'x' arrives; 0xe4 0xb8 at the end
+  // is unfinished and comes out at flush.
+  const std::string text = "\xff" "a\xc3x\xe4\xb8"s;
+  const auto chunks = stream(tok, tok.encode(text));
+  const std::vector<std::string> expected = {"\xff", "a", "", "\xc3x", "", "", "\xe4\xb8"};
+  EXPECT_EQ(chunks, expected);
+}
+
+TEST(StreamingDecoder, ConcatenationEqualsDecodeForRandomBytes) {
+  const CharTokenizer tok = CharTokenizer::bytes();
+  Rng rng(7);
+  for (int trial = 0; trial < 200; ++trial) {
+    std::string text(rng.below(64), '\0');
+    for (char& c : text) c = static_cast<char>(rng.below(256));
+    std::string joined;
+    for (const auto& chunk : stream(tok, tok.encode(text))) joined += chunk;
+    EXPECT_EQ(joined, text);
+  }
+}
+
+TEST(TokenizerJson, RoundTripThroughTheFactoryAndAFile) {
+  const CharTokenizer tok = CharTokenizer::from_corpus("hello world");
+  const auto back = tokenizer_from_json(tok.to_json());
+  EXPECT_EQ(back->kind(), "char");
+  EXPECT_EQ(back->vocab_size(), tok.vocab_size());
+  EXPECT_EQ(back->encode("low herd"), tok.encode("low herd"));
+
+  test::TempDir dir;
+  save_tokenizer_file(tok, dir / "tok.json");
+  const auto loaded = load_tokenizer_file(dir / "tok.json");
+  EXPECT_EQ(loaded->encode("hello"), tok.encode("hello"));
+  const auto by_name = tokenizer_by_name(dir / "tok.json");
+  EXPECT_EQ(by_name->encode("hello"), tok.encode("hello"));
+}
+
+TEST(TokenizerJson, UnknownKindAndMalformedFilesAreErrors) {
+  EXPECT_THROW(tokenizer_from_json(nlohmann::json{{"kind", "nope"}}), Error);
+  EXPECT_THROW(tokenizer_from_json(nlohmann::json::array()), Error);
+  EXPECT_THROW(tokenizer_from_json(nlohmann::json{{"kind", "char"}, {"version", 1}, {"bytes", {1, 1}}}), Error);
+  test::TempDir dir;
+  test::write_file(dir.path() / "bad.json", "{\"kind\": \"char\", \"version\": 1, \"bytes\": [1, 2");
+  try {
+    load_tokenizer_file(dir / "bad.json");
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("bad.json"), std::string::npos) << e.what();
+  }
+}
+
+TEST(TokenizerByName, CharAndMissingFile) {
+  const auto tok = tokenizer_by_name("char");
+  EXPECT_EQ(tok->kind(), "char");
+  EXPECT_EQ(tok->vocab_size(), 256);
+  EXPECT_FALSE(tok->eot_id().has_value());
+  EXPECT_TRUE(tok->special_tokens().empty());
+  EXPECT_THROW(tokenizer_by_name("no/such/tokenizer.json"), Error);
+}
+
+TEST(TokenizerByName, Gpt2WithAMissingFolderNamesIt) {
+  try {
+    tokenizer_by_name("gpt2", "/no/such/gpt2/dir");
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("/no/such/gpt2/dir"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace tformer
