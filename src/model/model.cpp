@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "core/rng.h"
+#include "kernels/attention.h"
 #include "kernels/matmul.h"
 #include "kernels/norm.h"
 
@@ -42,6 +43,10 @@ Model::Model(ModelConfig config) : config_(std::move(config)) {
   if (c.norm_placement == NormPlacement::Pre) norm("norm");
   if (!c.tied_embeddings) params_.add("output.weight", {c.vocab_size, d});
   params_.allocate();
+  if (c.positions == Positions::Sinusoidal) {
+    sinusoidal_.resize(c.context_length * d);
+    sinusoidal_positions(sinusoidal_.data(), c.context_length, d);
+  }
 }
 
 int64_t Model::n_params() const {
@@ -106,44 +111,163 @@ void sinusoidal_positions(float* out, int64_t n_positions, int64_t d_model) {
     }
 }
 
+KVCache Model::make_cache(int64_t batch, int64_t capacity) const {
+  return KVCache(config_.n_layers, batch, config_.n_kv_heads, capacity, config_.head_dim());
+}
+
 void Model::forward(float* logits, const TokenId* ids, int64_t batch, int64_t n_tokens) {
+  KVCache cache = make_cache(batch, std::max<int64_t>(n_tokens, 1));
+  forward_cached(logits, ids, batch, n_tokens, nullptr, cache, true);
+}
+
+void Model::norm(float* y, const float* x, const std::string& prefix, int64_t rows) {
   const auto& c = config_;
-  if (n_tokens > c.context_length)
-    fail("forward: {} tokens exceed the model's context_length {}", n_tokens, c.context_length);
-  const int64_t d = c.d_model, rows = batch * n_tokens;
-  std::vector<float> x(rows * d), y(rows * d);
-  embedding_forward<float>(x.data(), ids, params_.get("tok_embeddings.weight").data(), rows, c.vocab_size, d);
-  if (c.positions == Positions::Learned || c.positions == Positions::Sinusoidal) {
-    std::vector<float> table;
-    const float* pe = nullptr;
-    if (c.positions == Positions::Learned) {
-      pe = params_.get("pos_embeddings.weight").data();
-    } else {
-      table.resize(n_tokens * d);
-      sinusoidal_positions(table.data(), n_tokens, d);
-      pe = table.data();
-    }
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t k = 0; k < d; ++k) x[r * d + k] += pe[(r % n_tokens) * d + k];
+  std::vector<float> mean(rows), rstd(rows);
+  const float* w = params_.get(prefix + ".weight").data();
+  if (c.norm == NormKind::LayerNorm)
+    layernorm_forward<float>(y, mean.data(), rstd.data(), x, w, params_.get(prefix + ".bias").data(), rows,
+                             c.d_model, static_cast<float>(c.norm_eps));
+  else
+    rmsnorm_forward<float>(y, rstd.data(), x, w, rows, c.d_model, static_cast<float>(c.norm_eps));
+}
+
+void Model::attention_sublayer(float* out, const float* u, int64_t layer, int64_t batch, int64_t n,
+                               const int64_t* positions, const int64_t* n_valid, KVCache& cache) {
+  const auto& c = config_;
+  const BlockWeights<float> w = layer_weights(layer);
+  const int64_t rows = batch * n, hd = c.head_dim();
+  const int64_t dq = c.n_heads * hd, dkv = c.n_kv_heads * hd;
+  std::vector<float> q(rows * dq), k(rows * dkv), v(rows * dkv), o(rows * dq);
+  linear_forward<float>(q.data(), u, w.wq, w.bq, rows, c.d_model, dq);     // q [B*n, Hq*hd]
+  linear_forward<float>(k.data(), u, w.wk, w.bk, rows, c.d_model, dkv);    // k [B*n, Hkv*hd]
+  linear_forward<float>(v.data(), u, w.wv, w.bv, rows, c.d_model, dkv);    // v [B*n, Hkv*hd]
+  if (c.positions == Positions::Rope) {
+    const RopeParams rp{hd, c.rope_base, c.rope_pairing};
+    rope_forward<float>(q.data(), positions, rows, c.n_heads, dq, rp);
+    rope_forward<float>(k.data(), positions, rows, c.n_kv_heads, dkv, rp);
   }
-  const BlockShape shape = c.block_shape();
-  for (int64_t i = 0; i < c.n_layers; ++i) {
-    block_forward<float>(y.data(), x.data(), batch, n_tokens, shape, layer_weights(i));
-    std::swap(x, y);
+  // Store the real tokens' keys (after RoPE) and values at their absolute slots.
+  HeadsView<float> kc = cache.keys(layer), vc = cache.values(layer);
+  std::vector<int64_t> q_offset(batch), kv_len(batch);
+  int64_t n_kv = 1;
+  for (int64_t b = 0; b < batch; ++b) {
+    const int64_t valid = n_valid ? n_valid[b] : n;
+    q_offset[b] = cache.length(b);
+    kv_len[b] = cache.length(b) + valid;
+    n_kv = std::max(n_kv, kv_len[b]);
+    for (int64_t t = 0; t < valid; ++t)
+      for (int64_t h = 0; h < c.n_kv_heads; ++h) {
+        const float* ks = k.data() + (b * n + t) * dkv + h * hd;
+        const float* vs = v.data() + (b * n + t) * dkv + h * hd;
+        std::copy(ks, ks + hd, kc.at(b, q_offset[b] + t, h));
+        std::copy(vs, vs + hd, vc.at(b, q_offset[b] + t, h));
+      }
+  }
+  const AttentionShape shape{batch, n, n_kv, c.n_heads, c.n_kv_heads, hd};
+  AttentionMask mask;
+  mask.causal = true;
+  mask.q_offset = q_offset.data();
+  mask.kv_len = kv_len.data();
+  attention_forward<float>(heads_btHd(o.data(), n, c.n_heads, hd), nullptr,
+                           heads_btHd<const float>(q.data(), n, c.n_heads, hd), kc, vc, shape, mask);
+  linear_forward<float>(out, o.data(), w.wo, w.bo, rows, dq, c.d_model);
+}
+
+void Model::ffn_sublayer(float* out, const float* u, int64_t layer, int64_t rows) {
+  const auto& c = config_;
+  const BlockWeights<float> w = layer_weights(layer);
+  std::vector<float> a(rows * c.d_ff), act(rows * c.d_ff);
+  linear_forward<float>(a.data(), u, w.w1, w.b1, rows, c.d_model, c.d_ff);  // a [rows, d_ff]
+  if (c.activation == Activation::SwiGLU) {
+    std::vector<float> g(rows * c.d_ff);
+    linear_forward<float>(g.data(), u, w.w3, nullptr, rows, c.d_model, c.d_ff);
+    swiglu_forward<float>(act.data(), a.data(), g.data(), rows * c.d_ff);
+  } else {
+    gelu_forward<float>(act.data(), a.data(), rows * c.d_ff,
+                        c.activation == Activation::Gelu ? GeluKind::Exact : GeluKind::Tanh);
+  }
+  linear_forward<float>(out, act.data(), w.w2, w.b2, rows, c.d_ff, c.d_model);
+}
+
+void Model::forward_cached(float* logits, const TokenId* ids, int64_t batch, int64_t n, const int64_t* n_valid,
+                           KVCache& cache, bool all_positions) {
+  const auto& c = config_;
+  TF_CHECK(n >= 0 && batch > 0, "forward: batch {} and chunk {} tokens", batch, n);
+  TF_CHECK(cache.batch() == batch && cache.n_layers() == c.n_layers && cache.n_kv_heads() == c.n_kv_heads &&
+               cache.head_dim() == c.head_dim(),
+           "forward: the KV cache was made for another model or batch");
+  std::vector<int64_t> positions(batch * n);
+  for (int64_t b = 0; b < batch; ++b) {
+    const int64_t valid = n_valid ? n_valid[b] : n;
+    TF_CHECK(valid >= 0 && valid <= n, "forward: sequence {} has {} valid tokens in a chunk of {}", b, valid, n);
+    const int64_t end = cache.length(b) + valid;
+    if (end > c.context_length)
+      fail("sequence {} would reach {} tokens; the model's context_length is {}", b, end, c.context_length);
+    if (end > cache.capacity())
+      fail("sequence {} would reach {} tokens; the KV cache holds {}", b, end, cache.capacity());
+    // Padding rows get the positions after the real ones, clamped to the last row the tables have.
+    for (int64_t t = 0; t < n; ++t)
+      positions[b * n + t] = std::min(cache.length(b) + t, c.context_length - 1);
+  }
+  const int64_t d = c.d_model, rows = batch * n;
+  // Padding ids may be anything; they are replaced by 0 so the embedding lookup stays in range.
+  std::vector<TokenId> safe_ids(ids, ids + rows);
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t t = n_valid ? n_valid[b] : n; t < n; ++t) safe_ids[b * n + t] = 0;
+  std::vector<float> x(rows * d), u(rows * d), branch(rows * d), h(rows * d);
+  embedding_forward<float>(x.data(), safe_ids.data(), params_.get("tok_embeddings.weight").data(), rows,
+                           c.vocab_size, d);
+  if (c.positions == Positions::Learned || c.positions == Positions::Sinusoidal) {
+    const float* pe = c.positions == Positions::Learned ? params_.get("pos_embeddings.weight").data()
+                                                        : sinusoidal_.data();
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t k = 0; k < d; ++k) x[r * d + k] += pe[positions[r] * d + k];
+  }
+  const int64_t n_all = rows * d;
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    const std::string prefix = fmt::format("layers.{}.", l);
+    if (c.norm_placement == NormPlacement::Pre) {
+      // h = x + attn(norm_1(x)); x = h + ffn(norm_2(h))
+      norm(u.data(), x.data(), prefix + "attn_norm", rows);
+      attention_sublayer(branch.data(), u.data(), l, batch, n, positions.data(), n_valid, cache);
+      for (int64_t i = 0; i < n_all; ++i) h[i] = x[i] + branch[i];
+      norm(u.data(), h.data(), prefix + "ffn_norm", rows);
+      ffn_sublayer(branch.data(), u.data(), l, rows);
+      for (int64_t i = 0; i < n_all; ++i) x[i] = h[i] + branch[i];
+    } else {
+      // h = norm_1(x + attn(x)); x = norm_2(h + ffn(h))
+      attention_sublayer(branch.data(), x.data(), l, batch, n, positions.data(), n_valid, cache);
+      for (int64_t i = 0; i < n_all; ++i) u[i] = x[i] + branch[i];
+      norm(h.data(), u.data(), prefix + "attn_norm", rows);
+      ffn_sublayer(branch.data(), h.data(), l, rows);
+      for (int64_t i = 0; i < n_all; ++i) u[i] = h[i] + branch[i];
+      norm(x.data(), u.data(), prefix + "ffn_norm", rows);
+    }
+  }
+  for (int64_t b = 0; b < batch; ++b) cache.advance(b, n_valid ? n_valid[b] : n);
+
+  // Final norm (pre-LN only) and the vocabulary projection, for every row or only the last valid ones.
+  const float* out_w = params_.get(c.tied_embeddings ? "tok_embeddings.weight" : "output.weight").data();
+  if (all_positions) {
+    if (c.norm_placement == NormPlacement::Pre) {
+      norm(u.data(), x.data(), "norm", rows);
+      std::swap(x, u);
+    }
+    linear_forward<float>(logits, x.data(), out_w, nullptr, rows, d, c.vocab_size);
+    return;
+  }
+  std::vector<float> last(batch * d, 0.0f), last_normed(batch * d);
+  for (int64_t b = 0; b < batch; ++b) {
+    const int64_t valid = n_valid ? n_valid[b] : n;
+    if (valid > 0) std::copy_n(x.data() + (b * n + valid - 1) * d, d, last.data() + b * d);
   }
   if (c.norm_placement == NormPlacement::Pre) {
-    std::vector<float> mean(rows), rstd(rows);
-    const float* b = params_.contains("norm.bias") ? params_.get("norm.bias").data() : nullptr;
-    if (c.norm == NormKind::LayerNorm)
-      layernorm_forward<float>(y.data(), mean.data(), rstd.data(), x.data(), params_.get("norm.weight").data(), b,
-                               rows, d, static_cast<float>(c.norm_eps));
-    else
-      rmsnorm_forward<float>(y.data(), rstd.data(), x.data(), params_.get("norm.weight").data(), rows, d,
-                             static_cast<float>(c.norm_eps));
-    std::swap(x, y);
+    norm(last_normed.data(), last.data(), "norm", batch);
+    std::swap(last, last_normed);
   }
-  const float* out_w = params_.get(c.tied_embeddings ? "tok_embeddings.weight" : "output.weight").data();
-  linear_forward<float>(logits, x.data(), out_w, nullptr, rows, d, c.vocab_size);
+  linear_forward<float>(logits, last.data(), out_w, nullptr, batch, d, c.vocab_size);
+  for (int64_t b = 0; b < batch; ++b)
+    if ((n_valid ? n_valid[b] : n) == 0) std::fill_n(logits + b * c.vocab_size, c.vocab_size, 0.0f);
 }
 
 }  // namespace tformer

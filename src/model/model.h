@@ -24,6 +24,7 @@
 #include "kernels/embedding.h"
 #include "model/block.h"
 #include "model/config.h"
+#include "model/kv_cache.h"
 
 namespace tformer {
 
@@ -42,15 +43,38 @@ class Model {
   void init_gpt2(uint64_t seed);
 
   // Uncached forward: ids [batch, T] -> logits [batch, T, vocab], every sequence starting at
-  // absolute position 0, causal. T <= context_length; ids in [0, vocab).
+  // absolute position 0, causal. T <= context_length; ids in [0, vocab). It is forward_cached
+  // through a fresh cache of capacity T: one code path for prefill, decode and full passes.
   void forward(float* logits, const TokenId* ids, int64_t batch, int64_t n_tokens);
+
+  // A cache sized for this model: `capacity` slots per sequence.
+  KVCache make_cache(int64_t batch, int64_t capacity) const;
+
+  // The next chunk of each sequence through the KV cache. ids: [batch, n]; token t of sequence b
+  // sits at ABSOLUTE position cache.length(b) + t (RoPE angle, learned/sinusoidal row, causal
+  // limit). n_valid: [batch], how many of the n tokens of sequence b are real (null: all n); the
+  // rest are padding: computed, but never written to the cache nor counted. The chunk's keys and
+  // values are stored in the cache and each length advances by n_valid[b].
+  //   logits: [batch, n, vocab] when all_positions, else [batch, vocab] for each sequence's last
+  //   valid token (a sequence with n_valid 0 gets zeros).
+  // Positions past context_length, or past the cache's capacity, are an error naming the numbers.
+  void forward_cached(float* logits, const TokenId* ids, int64_t batch, int64_t n, const int64_t* n_valid,
+                      KVCache& cache, bool all_positions);
 
   // The block weights of layer i, as views into the arena.
   BlockWeights<float> layer_weights(int64_t i);
 
  private:
+  // One sublayer of layer i; out may not alias u. positions [batch*n] are absolute.
+  void attention_sublayer(float* out, const float* u, int64_t layer, int64_t batch, int64_t n,
+                          const int64_t* positions, const int64_t* n_valid, KVCache& cache);
+  void ffn_sublayer(float* out, const float* u, int64_t layer, int64_t rows);
+  // norm_1 / norm_2 / final norm by name prefix ("layers.3.attn_norm", "norm").
+  void norm(float* y, const float* x, const std::string& prefix, int64_t rows);
+
   ModelConfig config_;
   Arena params_;
+  std::vector<float> sinusoidal_;  // [context_length, d_model] when positions = sinusoidal
 };
 
 // Vaswani et al.'s sinusoidal table: PE[p][2i] = sin(p / 10000^(2i/d)), PE[p][2i+1] = cos(same),

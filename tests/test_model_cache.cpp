@@ -1,0 +1,220 @@
+// The KV cache: chunked prefill and one-token decode through the cache equal the uncached pass,
+// for every prefix length, chunk size and batch of mixed prompt lengths (spec section 06: "a cached
+// implementation can return plausible numbers while using the wrong tokens").
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "kernels/matmul.h"
+#include "kernels/norm.h"
+#include "model/model.h"
+#include "test_util.h"
+
+namespace tformer {
+namespace {
+
+using test::all_close;
+
+// Weights large enough that logits differ clearly between positions (GPT-2's 0.02 init would
+// make every row nearly the same and hide position mistakes).
+Model make_model(const char* overrides, uint64_t seed = 5) {
+  auto j = nlohmann::json::parse(R"({"vocab_size": 29, "context_length": 80, "d_model": 16, "n_layers": 2,
+                                     "n_heads": 4, "d_ff": 24})");
+  j.update(nlohmann::json::parse(overrides));
+  Model m(ModelConfig::from_json(j, "test"));
+  uint64_t stream = 0;
+  for (const auto& e : m.params().entries()) {
+    auto v = m.params().view(e);
+    const bool gain = e.name.ends_with("norm.weight");
+    fill_normal<float>(v, seed, stream++, gain ? 1.0 : 0.0, gain ? 0.1 : 0.3);
+  }
+  return m;
+}
+
+const char* kConfigs[] = {
+    R"({})",                                                                                   // learned, MHA
+    R"({"positions": "rope", "n_kv_heads": 2, "rope_pairing": "adjacent"})",                   // RoPE, GQA
+    R"({"positions": "rope", "n_kv_heads": 1, "norm": "rmsnorm", "activation": "swiglu"})",    // MQA
+    R"({"positions": "sinusoidal", "norm_placement": "post", "bias": false})",                 // post-LN
+};
+
+std::vector<TokenId> tokens(int64_t n, uint64_t seed) {
+  std::vector<TokenId> ids(n);
+  Rng r(seed);
+  for (auto& id : ids) id = static_cast<TokenId>(r.below(29));
+  return ids;
+}
+
+TEST(KVCache, ChunkedPrefillEqualsTheUncachedPassForEveryPrefixAndChunkSize) {
+  const int64_t N = 11, V = 29;
+  for (const char* cfg : kConfigs) {
+    Model m = make_model(cfg);
+    const auto ids = tokens(N, 1);
+    for (int64_t len = 1; len <= N; ++len) {
+      std::vector<float> full(len * V);
+      m.forward(full.data(), ids.data(), 1, len);
+      for (int64_t chunk : {int64_t{1}, int64_t{2}, int64_t{5}, len}) {
+        KVCache cache = m.make_cache(1, N);
+        std::vector<float> cached(len * V);
+        for (int64_t s = 0; s < len; s += chunk) {
+          const int64_t c = std::min(chunk, len - s);
+          m.forward_cached(cached.data() + s * V, ids.data() + s, 1, c, nullptr, cache, true);
+          ASSERT_EQ(cache.length(0), s + c);
+        }
+        // Same arithmetic in a different grouping (BLAS blocks by row count): float rounding only.
+        EXPECT_TRUE(all_close(cached, full, 1e-5, 1e-5)) << cfg << " len " << len << " chunk " << chunk;
+      }
+    }
+  }
+}
+
+TEST(KVCache, BatchOfMixedPromptLengthsEqualsEachPromptAlone) {
+  const int64_t V = 29;
+  const std::vector<int64_t> lengths{3, 7, 5};
+  for (const char* cfg : kConfigs) {
+    Model m = make_model(cfg);
+    const int64_t B = 3, n = 7;
+    std::vector<TokenId> batch_ids(B * n, 28);  // padding id; must not matter
+    std::vector<std::vector<TokenId>> prompts;
+    for (int64_t b = 0; b < B; ++b) {
+      prompts.push_back(tokens(lengths[b], 10 + b));
+      std::copy(prompts[b].begin(), prompts[b].end(), batch_ids.begin() + b * n);
+    }
+    KVCache cache = m.make_cache(B, 20);
+    std::vector<float> last(B * V);
+    m.forward_cached(last.data(), batch_ids.data(), B, n, lengths.data(), cache, false);
+    // Then three decode steps, one token per sequence.
+    std::vector<std::vector<float>> steps;
+    for (int step = 0; step < 3; ++step) {
+      std::vector<TokenId> next{TokenId(step + 1), TokenId(2 * step + 3), TokenId(27 - step)};
+      std::vector<float> out(B * V);
+      m.forward_cached(out.data(), next.data(), B, 1, nullptr, cache, false);
+      steps.push_back(out);
+      for (int64_t b = 0; b < B; ++b) prompts[b].push_back(next[b]);
+    }
+    for (int64_t b = 0; b < B; ++b) {
+      EXPECT_EQ(cache.length(b), lengths[b] + 3);
+      // Alone, uncached: the prompt then the prompt plus each decoded token.
+      for (int step = -1; step < 3; ++step) {
+        const int64_t len = lengths[b] + step + 1;
+        std::vector<float> alone(len * V);
+        m.forward(alone.data(), prompts[b].data(), 1, len);
+        const float* got = step < 0 ? last.data() + b * V : steps[step].data() + b * V;
+        EXPECT_TRUE(all_close(got, alone.data() + (len - 1) * V, V, 1e-5, 1e-5))
+            << cfg << " sequence " << b << " step " << step;
+      }
+    }
+  }
+}
+
+// Greedy decoding: the next token is the argmax of the last row.
+TokenId argmax(const float* row, int64_t n) { return static_cast<TokenId>(std::max_element(row, row + n) - row); }
+
+TEST(KVCache, GreedyDecodeOf64TokensIsTheSameWithAndWithoutTheCache) {
+  const int64_t V = 29, prompt_len = 6, steps = 64;
+  for (const char* cfg : kConfigs) {
+    Model m = make_model(cfg);
+    std::vector<TokenId> uncached = tokens(prompt_len, 3), cached = uncached;
+    // Without the cache: recompute the whole sequence for every new token.
+    for (int64_t s = 0; s < steps; ++s) {
+      const int64_t len = static_cast<int64_t>(uncached.size());
+      std::vector<float> logits(len * V);
+      m.forward(logits.data(), uncached.data(), 1, len);
+      uncached.push_back(argmax(logits.data() + (len - 1) * V, V));
+    }
+    // With the cache: prefill once, then one token at a time.
+    KVCache cache = m.make_cache(1, prompt_len + steps);
+    std::vector<float> row(V);
+    m.forward_cached(row.data(), cached.data(), 1, prompt_len, nullptr, cache, false);
+    for (int64_t s = 0; s < steps; ++s) {
+      const TokenId next = argmax(row.data(), V);
+      cached.push_back(next);
+      if (s + 1 < steps) m.forward_cached(row.data(), &next, 1, 1, nullptr, cache, false);
+    }
+    EXPECT_EQ(cached, uncached) << cfg;
+    // The sequence is not constant (random models soon fall into short cycles; two symbols suffice).
+    std::vector<TokenId> distinct(uncached.begin() + prompt_len, uncached.end());
+    std::sort(distinct.begin(), distinct.end());
+    EXPECT_GE(std::unique(distinct.begin(), distinct.end()) - distinct.begin(), 2) << cfg;
+  }
+}
+
+TEST(KVCache, PayloadBytesFollowTheSpecFormula) {
+  // 2 x layers x batch x kv_heads x tokens x head_dim x 4 bytes.
+  // GQA: 2 layers, batch 3, 2 kv heads, 10 slots, head width 4: 2*2*3*2*10*4*4 = 3840.
+  KVCache gqa(2, 3, 2, 10, 4);
+  EXPECT_EQ(gqa.payload_bytes(), 3840);
+  // MHA with 4 kv heads: twice as much; MQA with 1: half.
+  EXPECT_EQ(KVCache(2, 3, 4, 10, 4).payload_bytes(), 7680);
+  EXPECT_EQ(KVCache(2, 3, 1, 10, 4).payload_bytes(), 1920);
+  // Filled slots: sequence lengths 5, 0, 2 -> 7 tokens: 2*2*2*7*4*4 = 896.
+  gqa.advance(0, 5);
+  gqa.advance(2, 2);
+  EXPECT_EQ(gqa.used_bytes(), 896);
+  EXPECT_THROW(gqa.advance(0, 6), Error);  // 11 > capacity 10
+  // A model's cache has its config's kv heads and head width.
+  Model m = make_model(R"({"n_kv_heads": 2})");
+  EXPECT_EQ(m.make_cache(1, 80).payload_bytes(), 2 * 2 * 1 * 2 * 80 * 4 * 4);
+}
+
+TEST(KVCache, PastTheContextOrCapacityIsAnErrorNamingTheNumbers) {
+  Model m = make_model(R"({"context_length": 8})");
+  KVCache cache = m.make_cache(1, 20);
+  const auto ids = tokens(9, 4);
+  std::vector<float> logits(9 * 29);
+  try {
+    m.forward_cached(logits.data(), ids.data(), 1, 9, nullptr, cache, true);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("9 tokens"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("context_length is 8"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(cache.length(0), 0);  // nothing was stored
+  KVCache small = m.make_cache(1, 4);
+  EXPECT_THROW(m.forward_cached(logits.data(), ids.data(), 1, 5, nullptr, small, true), Error);
+}
+
+TEST(KVCache, ModelForwardEqualsTheReferenceBlockComposition) {
+  // The model's own layer loop (through the cache) against block_forward, the composition of
+  // reference kernels that tests/test_reference_block.cpp checks against PyTorch.
+  const int64_t T = 9, V = 29, d = 16;
+  for (const char* cfg : kConfigs) {
+    Model m = make_model(cfg);
+    const auto& c = m.config();
+    const auto ids = tokens(T, 8);
+    std::vector<float> logits(T * V);
+    m.forward(logits.data(), ids.data(), 1, T);
+    // Reference: embedding (+ positions), block_forward per layer, final norm, projection.
+    std::vector<float> x(T * d), y(T * d);
+    const float* emb = m.params().get("tok_embeddings.weight").data();
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t k = 0; k < d; ++k) x[t * d + k] = emb[ids[t] * d + k];
+    if (c.positions == Positions::Learned || c.positions == Positions::Sinusoidal) {
+      std::vector<float> pe(T * d);
+      if (c.positions == Positions::Sinusoidal) sinusoidal_positions(pe.data(), T, d);
+      else std::copy_n(m.params().get("pos_embeddings.weight").data(), T * d, pe.data());
+      for (int64_t i = 0; i < T * d; ++i) x[i] += pe[i];
+    }
+    for (int64_t l = 0; l < c.n_layers; ++l) {
+      block_forward<float>(y.data(), x.data(), 1, T, c.block_shape(), m.layer_weights(l));
+      std::swap(x, y);
+    }
+    std::vector<float> ref(T * V);
+    if (c.norm_placement == NormPlacement::Pre) {
+      std::vector<float> mean(T), rstd(T);
+      if (c.norm == NormKind::LayerNorm)
+        layernorm_forward<float>(y.data(), mean.data(), rstd.data(), x.data(), m.params().get("norm.weight").data(),
+                                 m.params().get("norm.bias").data(), T, d, 1e-5f);
+      else
+        rmsnorm_forward<float>(y.data(), rstd.data(), x.data(), m.params().get("norm.weight").data(), T, d, 1e-5f);
+      std::swap(x, y);
+    }
+    const float* out_w = m.params().get(c.tied_embeddings ? "tok_embeddings.weight" : "output.weight").data();
+    linear_forward<float>(ref.data(), x.data(), out_w, nullptr, T, d, V);
+    EXPECT_TRUE(all_close(logits, ref, 1e-5, 1e-5)) << cfg;
+  }
+}
+
+}  // namespace
+}  // namespace tformer
