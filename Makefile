@@ -4,7 +4,7 @@ SAN_BUILD ?= build-sanitize
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure build test test-sanitize demo bench clean
+.PHONY: all deps configure build test test-sanitize build-portable demo bench clean
 
 all: build
 
@@ -28,6 +28,12 @@ test-sanitize: deps
 	@cmake --build $(SAN_BUILD) -j $(JOBS)
 	@cd $(SAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j $(JOBS)
 
+# The library, CLI and benchmarks for a portable x86-64-v2 target (no -march=native): proves the
+# code does not depend on this CPU's instruction set.
+build-portable: deps
+	@cmake -S . -B build-portable -G Ninja -DCMAKE_BUILD_TYPE=Release -DTFORMER_NATIVE=OFF -DTFORMER_BUILD_TESTS=OFF $(CMAKE_FLAGS) > /dev/null
+	@cmake --build build-portable -j $(JOBS)
+
 # The main job.
 demo: build
 	@bash scripts/demo.sh $(BUILD)
@@ -36,4 +42,4 @@ bench: build
 	@bash bench/run.sh $(BUILD)
 
 clean:
-	rm -rf $(BUILD) $(SAN_BUILD)
+	rm -rf $(BUILD) $(SAN_BUILD) build-portable

@@ -7,6 +7,7 @@ void register_all(CLI::App& app) {
   register_bpe(app);
   register_tokenize(app);
   register_model_commands(app);
+  register_generate(app);
 }
 
 }  // namespace tformer::cli

@@ -12,5 +12,6 @@ void register_info(CLI::App& app);      // info.cpp
 void register_bpe(CLI::App& app);       // bpe.cpp: bpe learn, bpe apply (Sennrich BPE)
 void register_tokenize(CLI::App& app);  // tokenize.cpp: tokenize, detokenize, tokenizer train
 void register_model_commands(CLI::App& app);  // model_commands.cpp: init, eval
+void register_generate(CLI::App& app);        // generate.cpp: generate, logits
 
 }  // namespace tformer::cli

@@ -362,9 +362,6 @@ def write_safetensors(path, p, cfg_json):
 
 def main():
     os.makedirs(OUT_DIR, exist_ok=True)
-    for f in os.listdir(OUT_DIR):  # a regenerated set replaces the old one entirely
-        if f.endswith(".safetensors"):
-            os.remove(os.path.join(OUT_DIR, f))
     kv = {"mha": 4, "gqa": 2, "mqa": 1}
     cases, n_torch_layer = [], 0
     for idx, opt in enumerate(covering_set()):
@@ -395,11 +392,13 @@ def main():
         ids = torch.randint(0, cfg["vocab_size"], (batch, T), generator=gen)
         with torch.no_grad():
             logits = model_forward(ids, p, cfg)
+        module_note = ""
         if torch_layer_expressible(cfg):
             via_module = model_forward(ids, p, cfg, use_torch_layer=True).detach()
             diff = (via_module - logits).abs().max().item()
             assert diff <= 1e-12, f"case {idx}: TransformerEncoderLayer and the hand-written block differ by {diff}"
             logits = via_module
+            module_note = f" (nn.TransformerEncoderLayer vs hand-written: {diff:.1e})"
             n_torch_layer += 1
         spread = logits.std().item()
         assert spread > 0.25, f"case {idx}: logits nearly constant (std {spread})"
@@ -416,8 +415,12 @@ def main():
         })
         print(f"{name:45s} vocab {cfg['vocab_size']:2d} d {d_model} kv {cfg['n_kv_heads']} "
               f"bias {int(cfg['bias'])} tied {int(cfg['tied_embeddings'])} base {cfg['rope_base']:g} T {T} "
-              f"|logit| max {logits.abs().max().item():.3f} std {spread:.3f}")
+              f"|logit| max {logits.abs().max().item():.3f} std {spread:.3f}{module_note}")
     assert n_torch_layer >= 2
+    written = {c["file"] for c in cases}
+    for f in os.listdir(OUT_DIR):  # a regenerated set replaces the old one entirely
+        if f.endswith(".safetensors") and f not in written:
+            os.remove(os.path.join(OUT_DIR, f))
     with open(os.path.join(OUT_DIR, "cases.json"), "w") as f:
         json.dump({"generator": "tools/reference/gen_model_fixtures.py", "torch": torch.__version__,
                    "options": {k: v for k, v in OPTIONS}, "rope_only_options": sorted(ROPE_ONLY),

@@ -1,0 +1,172 @@
+// tformer generate: text from a model through the KV cache.
+// tformer logits: every position's logits, uncached or through chunked prefill (for outside checks).
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "core/threads.h"
+#include "generate/generator.h"
+#include "model/checkpoint.h"
+#include "tokenizer/text_lines.h"
+
+namespace tformer::cli {
+
+namespace {
+
+struct GenerateArgs {
+  std::string model, prompt, prompts_file;
+  int64_t max_new_tokens = 64, top_k = 0, prefill_chunk = 0;
+  double temperature = 1.0, top_p = 0.9;
+  uint64_t seed = 1337;
+  int threads = 0;
+  bool verbose = false, allow_special = false;
+};
+
+void run_generate(const GenerateArgs& a) {
+  set_num_threads(a.threads);
+  LoadedModel lm = load_model(a.model);
+  if (!lm.tokenizer) fail("{}: the model file carries no tokenizer; generation needs one", a.model);
+  const Tokenizer& tok = *lm.tokenizer;
+  std::vector<std::string> texts;
+  if (!a.prompts_file.empty()) {
+    std::ifstream in(a.prompts_file, std::ios::binary);
+    if (!in) fail("{}: cannot open", a.prompts_file);
+    std::string line;
+    while (std::getline(in, line)) texts.push_back(line);
+    if (texts.empty()) fail("{}: no prompts (one per line)", a.prompts_file);
+  } else {
+    texts.push_back(a.prompt);
+  }
+  std::vector<std::vector<TokenId>> prompts;
+  for (const auto& t : texts) {
+    prompts.push_back(tok.encode(t, a.allow_special));
+    if (prompts.back().empty()) {
+      // An empty prompt starts from end-of-text when the vocabulary has one.
+      if (auto eot = tok.eot_id()) prompts.back().push_back(*eot);
+      else fail("prompt {} is empty and the tokenizer has no end-of-text token to start from", prompts.size() - 1);
+    }
+  }
+  GenerateOptions opt;
+  opt.max_new_tokens = a.max_new_tokens;
+  opt.sampler = {a.temperature, a.top_k, a.top_p, a.seed};
+  opt.stop_token = tok.eot_id();
+  opt.prefill_chunk = a.prefill_chunk;
+  GenerateStats stats;
+  const bool stream = prompts.size() == 1;
+  StreamingDecoder decoder(tok);
+  if (stream) {
+    std::fwrite(texts[0].data(), 1, texts[0].size(), stdout);
+    std::fflush(stdout);
+  }
+  auto on_token = [&](int64_t, TokenId id) {
+    if (!stream) return;
+    if (opt.stop_token && id == *opt.stop_token) return;
+    const std::string piece = decoder.feed(id);
+    std::fwrite(piece.data(), 1, piece.size(), stdout);
+    std::fflush(stdout);
+  };
+  const auto out = generate(*lm.model, prompts, opt, on_token, &stats);
+  if (stream) {
+    const std::string rest = decoder.flush();
+    std::fwrite(rest.data(), 1, rest.size(), stdout);
+    std::fputc('\n', stdout);
+  } else {
+    for (size_t b = 0; b < out.size(); ++b) {
+      std::vector<TokenId> ids = out[b];
+      if (!ids.empty() && opt.stop_token && ids.back() == *opt.stop_token) ids.pop_back();
+      fmt::print("[{}] {}{}\n", b, texts[b], tok.decode(ids));
+    }
+  }
+  if (a.verbose) {
+    const auto& c = lm.model->config();
+    fmt::print(stderr,
+               "prompt tokens {}, generated {}; prefill {:.3f} s, decode {:.3f} s ({:.1f} tokens/s)\n"
+               "KV cache payload {} bytes = 2 x {} layers x {} batch x {} kv heads x {} tokens x {} head dim x 4\n",
+               stats.prompt_tokens, stats.generated_tokens, stats.prefill_seconds, stats.decode_seconds,
+               stats.decode_seconds > 0 ? stats.generated_tokens / stats.decode_seconds : 0.0, stats.kv_cache_bytes,
+               c.n_layers, prompts.size(), c.n_kv_heads, stats.kv_capacity, c.head_dim());
+  }
+}
+
+struct LogitsArgs {
+  std::string model, tokens, out;
+  int64_t chunk = 0;
+  int threads = 0;
+};
+
+std::vector<TokenId> parse_ids(const std::string& s) {
+  std::vector<TokenId> ids;
+  std::istringstream in(s);
+  std::string word;
+  while (in >> word) {
+    size_t used = 0;
+    long long v = 0;
+    try {
+      v = std::stoll(word, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != word.size() || v < 0 || v > INT32_MAX) fail("--tokens: '{}' (token {}) is not a token id", word, ids.size());
+    ids.push_back(static_cast<TokenId>(v));
+  }
+  return ids;
+}
+
+void run_logits(const LogitsArgs& a) {
+  set_num_threads(a.threads);
+  LoadedModel lm = load_model(a.model);
+  Model& m = *lm.model;
+  const auto ids = parse_ids(a.tokens);
+  if (ids.empty()) fail("--tokens: no token ids");
+  const int64_t T = static_cast<int64_t>(ids.size()), V = m.config().vocab_size;
+  if (a.chunk < 0) fail("--chunk must be >= 0, got {}", a.chunk);
+  std::vector<float> logits(T * V);
+  if (a.chunk == 0) {
+    m.forward(logits.data(), ids.data(), 1, T);
+  } else {
+    KVCache cache = m.make_cache(1, T);
+    for (int64_t s = 0; s < T; s += a.chunk) {
+      const int64_t n = std::min(a.chunk, T - s);
+      m.forward_cached(logits.data() + s * V, ids.data() + s, 1, n, nullptr, cache, true);
+    }
+  }
+  std::string bytes(reinterpret_cast<const char*>(logits.data()), logits.size() * sizeof(float));
+  text::write_file_atomic(a.out, bytes);
+}
+
+}  // namespace
+
+void register_generate(CLI::App& app) {
+  auto g = std::make_shared<GenerateArgs>();
+  auto* gc = app.add_subcommand("generate", "Generate text with the KV cache");
+  gc->add_option("--model", g->model, "Model file")->required();
+  auto* p = gc->add_option("--prompt", g->prompt, "Prompt text");
+  auto* pf = gc->add_option("--prompts-file", g->prompts_file, "One prompt per line, generated as one batch");
+  p->excludes(pf);
+  gc->add_option("--max-new-tokens", g->max_new_tokens, "Tokens to generate per prompt")->capture_default_str();
+  gc->add_option("--temperature", g->temperature, "0 = greedy")->capture_default_str();
+  gc->add_option("--top-k", g->top_k, "Keep the k most probable tokens (0 = off)")->capture_default_str();
+  gc->add_option("--top-p", g->top_p, "Nucleus sampling mass (1 = off)")->capture_default_str();
+  gc->add_option("--seed", g->seed, "Sampling seed")->capture_default_str();
+  gc->add_option("--prefill-chunk", g->prefill_chunk, "Prompt tokens per prefill step (0 = all)")->capture_default_str();
+  gc->add_option("--threads", g->threads, "Threads (0 = all cores)")->capture_default_str();
+  gc->add_flag("--allow-special", g->allow_special, "Recognise special tokens in the prompt");
+  gc->add_flag("--verbose", g->verbose, "Print timings and the KV cache size to stderr");
+  gc->callback([g] { run_generate(*g); });
+
+  auto l = std::make_shared<LogitsArgs>();
+  auto* lc = app.add_subcommand("logits", "Write every position's logits as little-endian float32 [T][vocab]");
+  lc->add_option("--model", l->model, "Model file")->required();
+  lc->add_option("--tokens", l->tokens, "Token ids separated by spaces")->required();
+  lc->add_option("--chunk", l->chunk, "0 = one uncached forward; K = prefill in chunks of K through the KV cache")
+      ->capture_default_str();
+  lc->add_option("--out", l->out, "Output file")->required();
+  lc->add_option("--threads", l->threads, "Threads (0 = all cores)")->capture_default_str();
+  lc->callback([l] { run_logits(*l); });
+}
+
+}  // namespace tformer::cli

@@ -1,0 +1,97 @@
+#include "generate/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+
+namespace tformer {
+
+void SamplerConfig::validate() const {
+  if (!(temperature >= 0.0) || !std::isfinite(temperature))
+    fail("--temperature must be a finite number >= 0, got {}", temperature);
+  if (top_k < 0) fail("--top-k must be >= 0, got {}", top_k);
+  if (!(top_p > 0.0 && top_p <= 1.0)) fail("--top-p must be in (0, 1], got {}", top_p);
+}
+
+Sampler::Sampler(SamplerConfig config) : config_(config), rng_(config.seed) { config_.validate(); }
+
+namespace {
+TokenId argmax(const float* logits, int64_t vocab) {
+  int64_t best = 0;
+  for (int64_t i = 1; i < vocab; ++i)
+    if (logits[i] > logits[best]) best = i;
+  return static_cast<TokenId>(best);
+}
+bool more_probable(const std::pair<double, TokenId>& a, const std::pair<double, TokenId>& b) {
+  return a.first > b.first || (a.first == b.first && a.second < b.second);
+}
+}  // namespace
+
+void Sampler::candidates(const float* logits, int64_t vocab) {
+  // Softmax at temperature t, in double, max-subtracted.
+  probs_.resize(vocab);
+  const double inv_t = 1.0 / config_.temperature;
+  double mx = -INFINITY;
+  for (int64_t i = 0; i < vocab; ++i) mx = std::max(mx, static_cast<double>(logits[i]));
+  double sum = 0;
+  for (int64_t i = 0; i < vocab; ++i) sum += probs_[i] = std::exp((logits[i] - mx) * inv_t);
+  for (auto& p : probs_) p /= sum;
+
+  candidates_.clear();
+  const bool use_k = config_.top_k > 0 && config_.top_k < vocab;
+  const bool use_p = config_.top_p < 1.0;
+  if (use_p && !use_k && vocab > 1) {
+    const double cutoff = (1.0 - config_.top_p) / static_cast<double>(vocab - 1);
+    for (int64_t i = 0; i < vocab; ++i)
+      if (probs_[i] >= cutoff) candidates_.emplace_back(probs_[i], static_cast<TokenId>(i));
+  } else {
+    candidates_.reserve(vocab);
+    for (int64_t i = 0; i < vocab; ++i) candidates_.emplace_back(probs_[i], static_cast<TokenId>(i));
+  }
+  if (use_k && static_cast<int64_t>(candidates_.size()) > config_.top_k) {
+    std::nth_element(candidates_.begin(), candidates_.begin() + config_.top_k, candidates_.end(), more_probable);
+    candidates_.resize(config_.top_k);
+  }
+  std::sort(candidates_.begin(), candidates_.end(), more_probable);
+  double kept = 0;
+  for (const auto& c : candidates_) kept += c.first;
+  if (use_p) {
+    // Smallest prefix whose mass (relative to what top-k kept) reaches top_p; at least one token.
+    double cum = 0;
+    size_t n = 0;
+    while (n < candidates_.size()) {
+      cum += candidates_[n++].first;
+      if (cum >= config_.top_p * kept) break;
+    }
+    candidates_.resize(n);
+    kept = cum;
+  }
+  for (auto& c : candidates_) c.first /= kept;
+}
+
+TokenId Sampler::sample(const float* logits, int64_t vocab) {
+  TF_CHECK(vocab > 0, "sampler: empty vocabulary");
+  if (config_.temperature == 0.0) return argmax(logits, vocab);
+  candidates(logits, vocab);
+  const double u = rng_.uniform_double();
+  double cum = 0;
+  for (const auto& c : candidates_) {
+    cum += c.first;
+    if (u < cum) return c.second;
+  }
+  return candidates_.back().second;  // rounding left u just above the total
+}
+
+std::vector<double> Sampler::distribution(const float* logits, int64_t vocab) {
+  std::vector<double> out(vocab, 0.0);
+  if (config_.temperature == 0.0) {
+    out[argmax(logits, vocab)] = 1.0;
+    return out;
+  }
+  candidates(logits, vocab);
+  for (const auto& c : candidates_) out[c.second] = c.first;
+  return out;
+}
+
+}  // namespace tformer
