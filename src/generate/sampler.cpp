@@ -54,15 +54,18 @@ void Sampler::candidates(const float* logits, int64_t vocab) {
     candidates_.resize(config_.top_k);
   }
   std::sort(candidates_.begin(), candidates_.end(), more_probable);
+  // The mass top-p is measured against: what top-k kept, or the whole distribution (1) when only
+  // the cut-off filtered the candidates (the tokens it dropped still count in the total).
   double kept = 0;
   for (const auto& c : candidates_) kept += c.first;
   if (use_p) {
-    // Smallest prefix whose mass (relative to what top-k kept) reaches top_p; at least one token.
+    const double total = use_k ? kept : 1.0;
+    // Smallest prefix whose mass reaches top_p of the total; at least one token.
     double cum = 0;
     size_t n = 0;
     while (n < candidates_.size()) {
       cum += candidates_[n++].first;
-      if (cum >= config_.top_p * kept) break;
+      if (cum >= config_.top_p * total) break;
     }
     candidates_.resize(n);
     kept = cum;
