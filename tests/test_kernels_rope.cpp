@@ -1,10 +1,11 @@
 // Rotary position embedding: length preservation, the relative-position identity (both sides
 // computed by separate kernel calls), both pairings against hand-computed cases and against each
 // other, per-token positions, the cached-query position trap, the backward against finite
-// differences, float angles, threads and argument checks.
+// differences, float angles, threads, a configurable base and argument checks.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <vector>
 
@@ -110,6 +111,99 @@ TEST(Rope, BothPairingsMatchHandComputedCase) {
   std::vector<float> xf(x.begin(), x.end());
   rope_forward<float>(xf.data(), pos.data(), 2, 1, 4, params(4, RopePairing::Halves));
   EXPECT_TRUE(all_close(xf, halves, 0, 1e-6));
+}
+
+// The base is configurable. head_dim 4, base 100: theta_0 = 100^0 = 1, theta_1 = 100^(-2/4) = 0.1.
+// x = (1, 2, 3, 4) at position 2, so the angles are 2 * 1 = 2 and 2 * 0.1 = 0.2:
+//   c1 = cos 2   = -0.4161468365471424,  s1 = sin 2   = 0.9092974268256817
+//   c2 = cos 0.2 =  0.9800665778412416,  s2 = sin 0.2 = 0.19866933079506122
+//   Adjacent pairs (x0, x1) at angle 2, (x2, x3) at angle 0.2:
+//     (1 c1 - 2 s1, 1 s1 + 2 c1, 3 c2 - 4 s2, 3 s2 + 4 c2)
+//     = (-2.234741690198506, 0.0770037537313969, 2.1455224103434802, 4.5162743037501505)
+//   Halves pairs (x0, x2) at angle 2, (x1, x3) at angle 0.2:
+//     (1 c1 - 3 s1, 2 c2 - 4 s2, 1 s1 + 3 c1, 2 s2 + 4 c2)
+//     = (-3.1440391170241875, 1.1654558325022384, -0.33914308281574557, 4.317604972955089)
+// With the default base 10000 the second pair would turn by only 0.02 rad (cos 0.02 = 0.9998),
+// so a kernel that ignored the base would miss the coordinates of the second pair by ~0.7.
+TEST(Rope, ConfigurableBaseMatchesHandComputedCase) {
+  const int64_t pos = 2;
+  const std::vector<double> x{1, 2, 3, 4};
+  const double c1 = std::cos(2.0), s1 = std::sin(2.0), c2 = std::cos(0.2), s2 = std::sin(0.2);
+  const std::vector<double> adjacent{1 * c1 - 2 * s1, 1 * s1 + 2 * c1, 3 * c2 - 4 * s2, 3 * s2 + 4 * c2};
+  const std::vector<double> halves{1 * c1 - 3 * s1, 2 * c2 - 4 * s2, 1 * s1 + 3 * c1, 2 * s2 + 4 * c2};
+  RopeParams pa = params(4, RopePairing::Adjacent), ph = params(4, RopePairing::Halves);
+  pa.base = ph.base = 100.0;
+  auto ya = x, yh = x;
+  rope_forward<double>(ya.data(), &pos, 1, 1, 4, pa);
+  rope_forward<double>(yh.data(), &pos, 1, 1, 4, ph);
+  EXPECT_TRUE(all_close(ya, adjacent, 0, 1e-14));
+  EXPECT_TRUE(all_close(yh, halves, 0, 1e-14));
+  // The decimals written above, as an independent check of the formulas.
+  EXPECT_TRUE(all_close(ya, std::vector<double>{-2.234741690198506, 0.0770037537313969, 2.1455224103434802,
+                                                4.5162743037501505},
+                        0, 1e-14));
+  EXPECT_TRUE(all_close(yh, std::vector<double>{-3.1440391170241875, 1.1654558325022384, -0.33914308281574557,
+                                                4.317604972955089},
+                        0, 1e-14));
+  // The backward with the same base rotates back.
+  rope_backward<double>(ya.data(), &pos, 1, 1, 4, pa);
+  rope_backward<double>(yh.data(), &pos, 1, 1, 4, ph);
+  EXPECT_TRUE(all_close(ya, x, 0, 1e-14));
+  EXPECT_TRUE(all_close(yh, x, 0, 1e-14));
+}
+
+// Two bases give the same rotation at position 0 (the identity) and for pair 0 (theta_0 = 1 for
+// every base), and different rotations of every other pair at every position > 0.
+TEST(Rope, DifferentBasesGiveDifferentOutputsAtPositionsAboveZero) {
+  const int64_t hd = 8, n = 4;
+  const std::vector<int64_t> pos{0, 1, 5, 300};
+  const auto x = random_values(n * hd, 81);
+  for (RopePairing pairing : kPairings) {
+    RopeParams p1 = params(hd, pairing), p2 = params(hd, pairing);
+    p2.base = 500.0;
+    ASSERT_EQ(p1.base, 10000.0);  // the documented default
+    auto y1 = x, y2 = x;
+    rope_forward<double>(y1.data(), pos.data(), n, 1, hd, p1);
+    rope_forward<double>(y2.data(), pos.data(), n, 1, hd, p2);
+    EXPECT_EQ(std::vector<double>(y1.begin(), y1.begin() + hd), std::vector<double>(y2.begin(), y2.begin() + hd))
+        << name(pairing);
+    const int64_t half = hd / 2;
+    for (int64_t t = 1; t < n; ++t) {
+      const double* a = y1.data() + t * hd;
+      const double* b = y2.data() + t * hd;
+      for (int64_t i = 0; i < half; ++i) {
+        const int64_t ia = pairing == RopePairing::Adjacent ? 2 * i : i;
+        const int64_t ib = pairing == RopePairing::Adjacent ? 2 * i + 1 : i + half;
+        const double diff = std::abs(a[ia] - b[ia]) + std::abs(a[ib] - b[ib]);
+        if (i == 0) {
+          EXPECT_EQ(diff, 0.0) << name(pairing) << " t=" << t;  // theta_0 = 1 whatever the base
+        } else {
+          EXPECT_GT(diff, 1e-4) << name(pairing) << " t=" << t << " pair " << i;
+        }
+      }
+    }
+  }
+}
+
+// rope.cpp rejects a base that is not positive and finite, forward and backward, before writing.
+TEST(Rope, RejectsANonPositiveOrNonFiniteBase) {
+  std::vector<double> x(8, 1.0);
+  const std::vector<int64_t> pos{0, 1};
+  for (double base : {0.0, -0.0, -1.0, -10000.0, std::numeric_limits<double>::infinity(),
+                      std::numeric_limits<double>::quiet_NaN()}) {
+    RopeParams p = params(4, RopePairing::Adjacent);
+    p.base = base;
+    EXPECT_THROW(rope_forward<double>(x.data(), pos.data(), 2, 1, 4, p), Error) << "base " << base;
+    p.pairing = RopePairing::Halves;
+    EXPECT_THROW(rope_backward<double>(x.data(), pos.data(), 2, 1, 4, p), Error) << "base " << base;
+    std::vector<float> xf(8, 1.0f);
+    EXPECT_THROW(rope_forward<float>(xf.data(), pos.data(), 2, 1, 4, p), Error) << "base " << base;
+  }
+  EXPECT_EQ(x, std::vector<double>(8, 1.0));  // nothing written
+  // A small positive base is legal.
+  RopeParams ok = params(4, RopePairing::Adjacent);
+  ok.base = 0.5;
+  EXPECT_NO_THROW(rope_forward<double>(x.data(), pos.data(), 2, 1, 4, ok));
 }
 
 // TRAPS.md 8: the pairings are not interchangeable.

@@ -1,20 +1,30 @@
 // tformer bpe learn / tformer bpe apply: Sennrich character BPE, identical to subword-nmt 0.3.9.
 //
 //   tformer bpe learn --input corpus.txt --merges 10000 --output corpus.codes [--min-frequency 2] [--trace]
+//                     [--tokenizer-output tok.json]
 //   tformer bpe apply --codes corpus.codes [--input text.txt] [--output text.bpe] [--merges N]
 //
 // Learning reads its inputs as subword-nmt reads an --input file; applying reads an --input file
 // the same way and standard input the way apply_bpe.py reads sys.stdin (\r\n and \r become \n).
+// Both stream their input in blocks: learning holds the distinct words, applying the current block
+// and the longest word, so a 100 MB line without a newline is fine. --tokenizer-output also writes
+// the merges as a "bpe" tokenizer JSON whose alphabet is every character of the corpus
+// (sennrich_tokenizer.h), for `tformer tokenize --tokenizer tok.json` and training.
 #include <fmt/format.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "cli/commands.h"
 #include "core/error.h"
 #include "tokenizer/sennrich_bpe.h"
+#include "tokenizer/sennrich_tokenizer.h"
 
 namespace tformer::cli {
 
@@ -26,6 +36,7 @@ struct LearnArgs {
   int64_t min_frequency = 2;
   bool trace = false;
   std::string output;
+  std::string tokenizer_output;
 };
 
 struct ApplyArgs {
@@ -45,7 +56,8 @@ void run_learn(const LearnArgs& a) {
                  s.count, s.vocab_size);
     };
   }
-  const BpeLearnResult result = learn_bpe(a.inputs, options);
+  const std::vector<BpeWordCount> words = bpe_count_words_in_files(a.inputs);
+  const BpeLearnResult result = learn_bpe_from_word_counts(words, options);
   if (a.trace)
     fmt::print(stderr, "learned {} merges; vocabulary {} symbols before the first merge\n", result.merges.size(),
                result.initial_vocab_size);
@@ -57,30 +69,90 @@ void run_learn(const LearnArgs& a) {
   } else {
     text::write_file_atomic(a.output, codes);
   }
+  if (!a.tokenizer_output.empty()) {
+    std::set<std::string> chars;
+    for (const BpeWordCount& w : words)
+      for (size_t i = 0; i < w.word.size();) {
+        const size_t start = i;
+        i += text::utf8_length(static_cast<unsigned char>(w.word[i]));
+        chars.emplace(w.word.substr(start, i - start));
+      }
+    const SennrichTokenizer tok =
+        SennrichTokenizer::from_merges(result.merges, std::vector<std::string>(chars.begin(), chars.end()));
+    save_tokenizer_file(tok, a.tokenizer_output);
+    fmt::print(stderr, "bpe learn: tokenizer with {} ids ({} characters, {} merges) written to {}\n", tok.vocab_size(),
+               chars.size(), result.merges.size(), a.tokenizer_output);
+  }
 }
+
+// Writes to standard output, or to a file through a temporary file renamed at the end.
+class OutputSink {
+ public:
+  explicit OutputSink(const std::string& path) : path_(path) {
+    if (path_ == "-") {
+      f_ = stdout;
+      return;
+    }
+    tmp_ = path_ + ".tmp";
+    f_ = std::fopen(tmp_.c_str(), "wb");
+    if (!f_) fail("{}: cannot open for writing: {}", tmp_, std::strerror(errno));
+  }
+  ~OutputSink() {
+    if (f_ && f_ != stdout) {
+      std::fclose(f_);
+      std::remove(tmp_.c_str());
+    }
+  }
+  void write(std::string_view bytes) {
+    if (!bytes.empty() && std::fwrite(bytes.data(), 1, bytes.size(), f_) != bytes.size())
+      fail("{}: write error", path_ == "-" ? "<stdout>" : tmp_);
+  }
+  void close() {
+    if (f_ == stdout) {
+      if (std::fflush(stdout) != 0) fail("<stdout>: write error");
+      return;
+    }
+    const bool ok = std::fclose(f_) == 0;
+    f_ = nullptr;
+    if (!ok) {
+      std::remove(tmp_.c_str());
+      fail("{}: write error", tmp_);
+    }
+    std::error_code ec;
+    std::filesystem::rename(tmp_, path_, ec);
+    if (ec) {
+      std::remove(tmp_.c_str());
+      fail("{}: cannot rename {} to it: {}", path_, tmp_, ec.message());
+    }
+  }
+
+ private:
+  std::string path_, tmp_;
+  std::FILE* f_ = nullptr;
+};
 
 void run_apply(const ApplyArgs& a) {
   const SennrichBpe bpe = SennrichBpe::load(a.codes, a.merges);
-  std::string input;
-  text::LineMode mode = text::LineMode::kSplitlines;
-  std::string name = a.input;
-  if (a.input == "-") {
-    char buffer[1 << 16];
-    size_t got;
-    while ((got = std::fread(buffer, 1, sizeof buffer, stdin)) > 0) input.append(buffer, got);
-    if (std::ferror(stdin)) fail("<stdin>: read error");
-    mode = text::LineMode::kUniversal;
-    name = "<stdin>";
-  } else {
-    input = text::read_file(a.input);
-  }
-  const std::string out = bpe.apply_text(input, mode, name);
-  if (a.output == "-") {
-    std::fwrite(out.data(), 1, out.size(), stdout);
-    std::fflush(stdout);
-  } else {
-    text::write_file_atomic(a.output, out);
-  }
+  const bool from_stdin = a.input == "-";
+  std::FILE* in = from_stdin ? stdin : std::fopen(a.input.c_str(), "rb");
+  if (!in) fail("{}: cannot open for reading: {}", a.input, std::strerror(errno));
+  const std::string name = from_stdin ? "<stdin>" : a.input;
+  struct Closer {
+    std::FILE* f;
+    ~Closer() {
+      if (f != stdin) std::fclose(f);
+    }
+  } closer{in};
+  OutputSink out(a.output);
+  bpe.apply_stream(
+      [&](char* buffer, size_t n) {
+        const size_t got = std::fread(buffer, 1, n, in);
+        if (got < n && std::ferror(in)) fail("{}: read error", name);
+        return got;
+      },
+      [&](std::string_view bytes) { out.write(bytes); },
+      from_stdin ? text::LineMode::kUniversal : text::LineMode::kSplitlines, name);
+  out.close();
 }
 
 }  // namespace
@@ -97,6 +169,8 @@ void register_bpe(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   learn->add_flag("--trace", learn_args->trace, "Print each merge step to stderr");
   learn->add_option("--output", learn_args->output, "Codes file to write ('-' for stdout)")->required();
+  learn->add_option("--tokenizer-output", learn_args->tokenizer_output,
+                    "Also write a 'bpe' tokenizer JSON (the merges plus every character of the corpus)");
   learn->callback([learn_args] { run_learn(*learn_args); });
 
   auto apply_args = std::make_shared<ApplyArgs>();

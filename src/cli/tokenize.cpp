@@ -5,7 +5,9 @@
 //   tformer detokenize --tokenizer gpt2 --ids "15496 995"          -> Hello world
 //
 // --tokenizer: "gpt2" (GPT-2's vocabulary, from --gpt2-dir, $TFORMER_GPT2_DIR or where
-// scripts/fetch-gpt2-vocab.sh put it), "char" (256 byte ids), or a saved tokenizer JSON file.
+// scripts/fetch-gpt2-vocab.sh put it), "char" (256 byte ids), "bpe:CODES" (Sennrich BPE from a
+// codes file), "byte-bpe:VOCAB" (a trained byte-level vocabulary: its tokenizer JSON, or a folder
+// with encoder.json and vocab.bpe), or a saved tokenizer JSON file (tokenizer_by_name).
 // Input is read as raw bytes, nothing stripped; ids are printed on one line separated by single
 // spaces. Special tokens ("<|endoftext|>") are plain text unless --allow-special is given.
 // detokenize writes the raw bytes, nothing added.
@@ -85,7 +87,7 @@ void register_tokenize(CLI::App& app) {
   auto opt = std::make_shared<Options>();
 
   auto* tok = app.add_subcommand("tokenize", "Print the token ids of a text, on one line");
-  tok->add_option("--tokenizer", opt->tokenizer, "gpt2, char, or a saved tokenizer JSON file")->required();
+  tok->add_option("--tokenizer", opt->tokenizer, "gpt2, char, bpe:CODES, byte-bpe:VOCAB, or a saved tokenizer JSON file")->required();
   auto* text_opt = tok->add_option("--text", opt->text, "The text to encode");
   auto* input_opt = tok->add_option("--input", opt->input, "A file to encode as raw bytes ('-': standard input)");
   text_opt->excludes(input_opt);
@@ -107,7 +109,7 @@ void register_tokenize(CLI::App& app) {
   });
 
   auto* detok = app.add_subcommand("detokenize", "Write the text of token ids, as raw bytes");
-  detok->add_option("--tokenizer", opt->tokenizer, "gpt2, char, or a saved tokenizer JSON file")->required();
+  detok->add_option("--tokenizer", opt->tokenizer, "gpt2, char, bpe:CODES, byte-bpe:VOCAB, or a saved tokenizer JSON file")->required();
   auto* ids_opt = detok->add_option("--ids", opt->ids, "Token ids separated by spaces");
   auto* ids_input = detok->add_option("--input", opt->input, "A file of token ids ('-': standard input)");
   ids_opt->excludes(ids_input);

@@ -32,13 +32,6 @@ struct Merge {
   int32_t result;
 };
 
-// One symbol of a word being segmented: its id (or kUnknownSymbol) and the bytes of the word it
-// covers (the "</w>" marker covers no bytes).
-struct Piece {
-  int32_t id;
-  uint32_t begin, end;
-};
-
 // (first id, second id) -> merge, open addressing; built once, read-only afterwards.
 class MergeTable {
  public:
@@ -302,6 +295,7 @@ struct SennrichBpe::Impl {
     }
   }
 
+  static constexpr size_t kMaxCachedWords = size_t{1} << 20;
   struct Cache {
     std::unordered_map<std::string, std::string, StringHash, std::equal_to<>> words;
     std::vector<Piece> scratch;
@@ -333,6 +327,7 @@ struct SennrichBpe::Impl {
           std::string segmented;
           append_word(word, cache.scratch, segmented);
           out += segmented;
+          if (cache.words.size() >= kMaxCachedWords) cache.words.clear();  // bounded memory on endless input
           cache.words.emplace(std::string(word), std::move(segmented));
         }
       }
@@ -340,7 +335,86 @@ struct SennrichBpe::Impl {
     }
     out.append(line.data() + end, line.size() - end);
   }
+
+  // The rest of a line whose earlier words were already written (streaming): it starts with the
+  // run of spaces that followed the last written word. That run becomes one space when another
+  // word follows, and is copied as it is (the line's trailing whitespace) when none does.
+  void apply_line_rest(std::string_view rest, Cache& cache, std::string& out) const {
+    size_t lead = 0;
+    while (lead < rest.size() && (rest[lead] == ' ' || rest[lead] == '\r' || rest[lead] == '\n')) ++lead;
+    if (lead == rest.size()) {
+      out.append(rest);
+      return;
+    }
+    out += ' ';
+    apply_line(rest.substr(lead), cache, out);
+  }
+
+  // Applies to whole lines of valid UTF-8, in parallel over chunks cut after a '\n' (a line end
+  // in both modes) when the text is large; caches[t] is thread t's word cache.
+  void apply_lines(std::string_view text, text::LineMode mode, std::vector<Cache>& caches, std::string& out) const {
+    const int n_threads = text.size() < (1 << 20) ? 1 : std::max(1, omp_get_max_threads());
+    if (caches.size() < static_cast<size_t>(n_threads)) caches.resize(static_cast<size_t>(n_threads));
+    if (n_threads == 1) {
+      out.reserve(out.size() + text.size() * 5 / 4);
+      text::for_each_line(text, mode, [&](std::string_view line) { apply_line(line, caches[0], out); });
+      return;
+    }
+    std::vector<size_t> cuts(static_cast<size_t>(n_threads) + 1, text.size());
+    cuts[0] = 0;
+    for (int t = 1; t < n_threads; ++t) {
+      size_t c = std::max({cuts[t - 1], size_t{1}, text.size() * static_cast<size_t>(t) / static_cast<size_t>(n_threads)});
+      while (c < text.size() && text[c - 1] != '\n') ++c;
+      cuts[t] = c;
+    }
+    std::vector<std::string> outs(static_cast<size_t>(n_threads));
+#pragma omp parallel for num_threads(n_threads) schedule(static, 1)
+    for (int t = 0; t < n_threads; ++t) {
+      std::string& o = outs[t];
+      o.reserve((cuts[t + 1] - cuts[t]) * 5 / 4);
+      text::for_each_line(text.substr(cuts[t], cuts[t + 1] - cuts[t]), mode,
+                          [&](std::string_view line) { apply_line(line, caches[t], o); });
+    }
+    size_t total = out.size();
+    for (const auto& o : outs) total += o.size();
+    out.reserve(total);
+    for (const auto& o : outs) out += o;
+  }
 };
+
+namespace {
+
+// Where the first line of s ends (just after its terminator) under mode, or s.size() when it has
+// no terminator in s.
+size_t first_line_end(std::string_view s, text::LineMode mode) {
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (mode == text::LineMode::kUniversal) {
+      if (s[i] == '\n') return i + 1;
+      if (s[i] == '\r') return i + 1 < s.size() && s[i + 1] == '\n' ? i + 2 : i + 1;
+    } else if (const size_t b = text::splitlines_break_at(s, i); b > 0) {
+      return i + b;
+    }
+  }
+  return s.size();
+}
+
+// Just after the last line terminator in s under mode, or 0 when there is none. A '\r' at the
+// very end must be excluded by the caller when more input may follow (it may be half of "\r\n").
+size_t last_line_end(std::string_view s, text::LineMode mode) {
+  for (size_t i = s.size(); i > 0; --i) {
+    const auto c = static_cast<unsigned char>(s[i - 1]);
+    if (c == '\n' || c == '\r') return i;
+    if (mode == text::LineMode::kUniversal) continue;
+    if (c == 0x0B || c == 0x0C || (c >= 0x1C && c <= 0x1E)) return i;
+    if (c == 0x85 && i >= 2 && static_cast<unsigned char>(s[i - 2]) == 0xC2) return i;
+    if ((c == 0xA8 || c == 0xA9) && i >= 3 && static_cast<unsigned char>(s[i - 2]) == 0x80 &&
+        static_cast<unsigned char>(s[i - 3]) == 0xE2)
+      return i;
+  }
+  return 0;
+}
+
+}  // namespace
 
 SennrichBpe::SennrichBpe(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 SennrichBpe::SennrichBpe(SennrichBpe&&) noexcept = default;
@@ -456,6 +530,15 @@ std::vector<int32_t> SennrichBpe::segment_ids(std::string_view word) const {
   return out;
 }
 
+void SennrichBpe::segment_pieces(std::string_view word, std::vector<Piece>& out) const { impl_->segment_pieces(word, out); }
+
+std::vector<std::pair<std::string, std::string>> SennrichBpe::merges() const {
+  std::vector<std::pair<std::string, std::string>> out;
+  out.reserve(impl_->by_rank.size());
+  for (const auto& [a, b, r] : impl_->by_rank) out.emplace_back(impl_->symbols[a], impl_->symbols[b]);
+  return out;
+}
+
 const std::vector<std::string>& SennrichBpe::symbols() const { return impl_->symbols; }
 int64_t SennrichBpe::num_merges() const { return impl_->n_merges; }
 int SennrichBpe::version_minor() const { return impl_->version_minor; }
@@ -469,31 +552,67 @@ std::string SennrichBpe::apply_line(std::string_view line) const {
 
 std::string SennrichBpe::apply_text(std::string_view text, text::LineMode mode, const std::string& name) const {
   if (auto bad = text::find_invalid_utf8(text)) fail("{}: invalid UTF-8 at byte offset {}", name, *bad);
-  // Chunks cut just after a '\n', which ends a line in both modes; one cache per thread.
-  const int n_threads = text.size() < (1 << 20) ? 1 : std::max(1, omp_get_max_threads());
-  std::vector<size_t> cuts(static_cast<size_t>(n_threads) + 1, text.size());
-  cuts[0] = 0;
-  for (int t = 1; t < n_threads; ++t) {
-    size_t c = std::max({cuts[t - 1], size_t{1}, text.size() * static_cast<size_t>(t) / static_cast<size_t>(n_threads)});
-    while (c < text.size() && text[c - 1] != '\n') ++c;
-    cuts[t] = c;
-  }
-  std::vector<std::string> outs(static_cast<size_t>(n_threads));
-#pragma omp parallel for num_threads(n_threads) schedule(static, 1)
-  for (int t = 0; t < n_threads; ++t) {
-    Impl::Cache cache;
-    std::string& out = outs[t];
-    out.reserve((cuts[t + 1] - cuts[t]) * 5 / 4);
-    text::for_each_line(text.substr(cuts[t], cuts[t + 1] - cuts[t]), mode,
-                        [&](std::string_view line) { impl_->apply_line(line, cache, out); });
-  }
-  if (n_threads == 1) return std::move(outs[0]);
-  size_t total = 0;
-  for (const auto& o : outs) total += o.size();
+  std::vector<Impl::Cache> caches;
   std::string out;
-  out.reserve(total);
-  for (const auto& o : outs) out += o;
+  impl_->apply_lines(text, mode, caches, out);
   return out;
+}
+
+void SennrichBpe::apply_stream(const std::function<size_t(char*, size_t)>& read,
+                               const std::function<void(std::string_view)>& write, text::LineMode mode,
+                               const std::string& name, size_t block_size) const {
+  block_size = std::max<size_t>(block_size, 1);
+  std::vector<Impl::Cache> caches(1);
+  std::string buffer;       // input not yet applied
+  uint64_t base = 0;        // input offset of buffer[0]
+  bool continuing = false;  // buffer[0] continues a line whose earlier words were written
+  std::string out;
+  auto check = [&](std::string_view part, size_t offset) {
+    if (auto bad = text::find_invalid_utf8(part)) fail("{}: invalid UTF-8 at byte offset {}", name, base + offset + *bad);
+  };
+  for (bool eof = false; !eof;) {
+    const size_t had = buffer.size();
+    buffer.resize(had + block_size);
+    const size_t got = read(buffer.data() + had, block_size);
+    buffer.resize(had + got);
+    eof = got == 0;
+    const std::string_view buf(buffer);
+    // A '\r' at the end may be the first half of "\r\n": it waits for the next block.
+    const size_t limit = !eof && !buf.empty() && buf.back() == '\r' ? buf.size() - 1 : buf.size();
+    size_t done = eof ? buf.size() : last_line_end(buf.substr(0, limit), mode);
+    out.clear();
+    if (done > 0) {
+      // Whole lines; the first one may be the rest of a line begun in an earlier block.
+      check(buf.substr(0, done), 0);
+      size_t start = 0;
+      if (continuing) {
+        start = first_line_end(buf.substr(0, done), mode);
+        text::for_each_line(buf.substr(0, start), mode,
+                            [&](std::string_view rest) { impl_->apply_line_rest(rest, caches[0], out); });
+        continuing = false;
+      }
+      impl_->apply_lines(buf.substr(start, done - start), mode, caches, out);
+    }
+    if (!eof) {
+      // The unfinished line: apply it up to the end of its last complete word (a word followed by
+      // a space); the rest, from that space on, waits for more input.
+      size_t cut = limit;
+      while (cut > done && !(buf[cut - 1] == ' ' && cut - 1 > done && buf[cut - 2] != ' ')) --cut;
+      if (cut > done) {
+        const std::string_view part = buf.substr(done, cut - 1 - done);
+        check(part, done);
+        if (continuing)
+          impl_->apply_line_rest(part, caches[0], out);
+        else
+          impl_->apply_line(part, caches[0], out);
+        continuing = true;
+        done = cut - 1;
+      }
+    }
+    if (!out.empty()) write(out);
+    buffer.erase(0, done);
+    base += done;
+  }
 }
 
 SennrichBpe::Stats SennrichBpe::stats() const { return {impl_->heap_pushes.load(), impl_->merges_done.load()}; }

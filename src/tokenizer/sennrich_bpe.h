@@ -159,6 +159,14 @@ class SennrichBpe {
   // different ids: the word boundary is part of the id. A character that no merge mentions has no
   // id: it comes back as kUnknownSymbol.
   std::vector<int32_t> segment_ids(std::string_view word) const;
+  // One piece of a segmented word: its symbol id (kUnknownSymbol for a character that no merge
+  // mentions) and the bytes [begin, end) of the word it covers.
+  struct Piece {
+    int32_t id;
+    uint32_t begin, end;
+  };
+  // The pieces of one word with their byte ranges (what segment() and segment_ids() are made of).
+  void segment_pieces(std::string_view word, std::vector<Piece>& out) const;
   // segment() forced through one of its two paths whatever the word's length: the rescanning loop
   // (long_path false; apply_bpe.py's own loop, O(n^2)) or the heap + linked list (long_path true,
   // O(n log n)). Tests check that both agree.
@@ -166,6 +174,8 @@ class SennrichBpe {
   // Every symbol the codes mention, parts and results, in order of first appearance.
   const std::vector<std::string>& symbols() const;
   int64_t num_merges() const;
+  // The merges in rank order, as the codes file spells them.
+  std::vector<std::pair<std::string, std::string>> merges() const;
   // 1 for version 0.1 codes (no header), 2 for "#version: 0.2".
   int version_minor() const;
 
@@ -175,6 +185,16 @@ class SennrichBpe {
   // --input file, kUniversal how it reads standard input. The text must be valid UTF-8 (an
   // Error names `name` and the byte offset otherwise).
   std::string apply_text(std::string_view text, text::LineMode mode, const std::string& name = "<input>") const;
+  // The same output as apply_text on the whole input, but streamed: read(buffer, n) fills up to n
+  // bytes and returns how many (0 at the end of the input); write(bytes) takes the output as it is
+  // produced. The input is read block_size bytes at a time. Whole lines are applied as they
+  // arrive; a line still unfinished at the end of the buffer is applied up to the end of its last
+  // complete word (apply_bpe.py works word by word: leading and trailing whitespace of the line is
+  // copied, the runs of spaces between words become one), so memory is bounded by block_size plus
+  // the longest word (or run of spaces), not by the longest line: a 100 MB line without a newline
+  // is fine. Invalid UTF-8 is an Error naming `name` and the byte offset in the whole input.
+  void apply_stream(const std::function<size_t(char*, size_t)>& read, const std::function<void(std::string_view)>& write,
+                    text::LineMode mode, const std::string& name = "<input>", size_t block_size = size_t{8} << 20) const;
 
   // Counters for tests: merges performed by the long-word path (heap + linked list), so a test
   // can check that a 100,000-character word costs O(n log n) work without timing anything.

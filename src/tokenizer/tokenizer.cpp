@@ -9,12 +9,17 @@
 #include "core/error.h"
 #include "tokenizer/byte_bpe.h"
 #include "tokenizer/char_tokenizer.h"
+#include "tokenizer/sennrich_tokenizer.h"
 
 namespace tformer {
 
 std::string Tokenizer::decode(std::span<const TokenId> ids) const {
   std::string out;
-  for (TokenId id : ids) append_token_bytes(id, out);
+  TokenId previous = -1;
+  for (TokenId id : ids) {
+    append_token_bytes_after(previous, id, out);
+    previous = id;
+  }
   return out;
 }
 
@@ -31,7 +36,8 @@ std::unique_ptr<Tokenizer> tokenizer_from_json(const nlohmann::json& j) {
   const std::string kind = j["kind"].get<std::string>();
   if (kind == "char") return std::make_unique<CharTokenizer>(CharTokenizer::from_json(j));
   if (kind == "byte-bpe") return std::make_unique<ByteBpeTokenizer>(ByteBpeTokenizer::from_json(j));
-  fail("tokenizer JSON: unknown kind '{}' (known: char, byte-bpe)", kind);
+  if (kind == "bpe") return std::make_unique<SennrichTokenizer>(SennrichTokenizer::from_json(j));
+  fail("tokenizer JSON: unknown kind '{}' (known: char, bpe, byte-bpe)", kind);
 }
 
 std::unique_ptr<Tokenizer> load_tokenizer_file(const std::string& path) {
@@ -92,8 +98,22 @@ std::string gpt2_vocab_dir(const std::string& override_dir) {
 std::unique_ptr<Tokenizer> tokenizer_by_name(const std::string& name, const std::string& gpt2_dir) {
   if (name == "gpt2") return std::make_unique<ByteBpeTokenizer>(ByteBpeTokenizer::load_gpt2_dir(gpt2_vocab_dir(gpt2_dir)));
   if (name == "char") return std::make_unique<CharTokenizer>(CharTokenizer::bytes());
+  if (name.starts_with("bpe:")) {
+    const std::string codes = name.substr(4);
+    if (codes.empty()) fail("tokenizer '{}': expected bpe:CODES, the path of a codes file", name);
+    return std::make_unique<SennrichTokenizer>(SennrichTokenizer::load_codes(codes));
+  }
+  if (name.starts_with("byte-bpe:")) {
+    const std::string vocab = name.substr(9);
+    if (vocab.empty()) fail("tokenizer '{}': expected byte-bpe:VOCAB, a tokenizer JSON file or a folder", name);
+    if (std::filesystem::is_directory(vocab)) return std::make_unique<ByteBpeTokenizer>(ByteBpeTokenizer::load_gpt2_dir(vocab));
+    if (!std::filesystem::exists(vocab)) fail("tokenizer '{}': no such file or folder '{}'", name, vocab);
+    auto tok = load_tokenizer_file(vocab);
+    if (tok->kind() != "byte-bpe") fail("{}: a '{}' tokenizer, not a byte-level BPE vocabulary ('byte-bpe')", vocab, tok->kind());
+    return tok;
+  }
   if (!std::filesystem::exists(name))
-    fail("tokenizer '{}': not 'gpt2', not 'char', and no such file", name);
+    fail("tokenizer '{}': not 'gpt2', 'char', 'bpe:CODES' or 'byte-bpe:VOCAB', and no such file", name);
   return load_tokenizer_file(name);
 }
 
@@ -142,7 +162,8 @@ bool is_valid_utf8(std::string_view s) {
 }
 
 std::string StreamingDecoder::feed(TokenId id) {
-  tokenizer_.append_token_bytes(id, pending_);
+  tokenizer_.append_token_bytes_after(previous_, id, pending_);
+  previous_ = id;
   size_t i = 0;
   while (i < pending_.size()) {
     const int n = utf8_char_length(std::string_view(pending_).substr(i));

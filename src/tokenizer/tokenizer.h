@@ -4,7 +4,8 @@
 // included. Kinds (kind()):
 //   "char"      CharTokenizer (char_tokenizer.h): one id per byte.
 //   "byte-bpe"  ByteBpeTokenizer (byte_bpe.h): GPT-2's byte-level BPE, or one trained the same way.
-//   "bpe"       Sennrich BPE (sennrich_bpe.h), when it is added to tokenizer_from_json.
+//   "bpe"       SennrichTokenizer (sennrich_tokenizer.h): Sennrich BPE symbols, plus whitespace and
+//               byte-fallback ids; a single space between two words is implied by the ids around it.
 //
 // A tokenizer serialises to JSON (to_json) for a checkpoint's header; tokenizer_from_json reads it
 // back, and the result encodes to identical ids. Every JSON form has "kind" and "version".
@@ -47,7 +48,15 @@ class Tokenizer {
   virtual std::vector<TokenId> encode(std::string_view text, bool allow_special = false) const = 0;
   // Appends the bytes of one token to out; an id outside [0, vocab_size()) throws Error naming it.
   virtual void append_token_bytes(TokenId id, std::string& out) const = 0;
-  // The concatenated bytes of the tokens; throws Error naming the first id out of range.
+  // Appends the bytes token id adds to a text when it follows token `previous` (previous < 0: id
+  // comes first). For "char" and "byte-bpe" this is append_token_bytes; "bpe" also writes here the
+  // space that separates two words, which no id spells out (sennrich_tokenizer.h).
+  virtual void append_token_bytes_after(TokenId previous, TokenId id, std::string& out) const {
+    (void)previous;
+    append_token_bytes(id, out);
+  }
+  // The text of the tokens (append_token_bytes_after over the sequence); throws Error naming the
+  // first id out of range.
   std::string decode(std::span<const TokenId> ids) const;
 
   // Special tokens by their text; empty when the tokenizer has none.
@@ -72,7 +81,11 @@ void save_tokenizer_file(const Tokenizer& tokenizer, const std::string& path);
 // not there, and how to fetch them.
 std::string gpt2_vocab_dir(const std::string& override_dir = "");
 // A tokenizer by name: "gpt2" (GPT-2's vocabulary, from gpt2_vocab_dir(gpt2_dir)), "char" (the
-// 256-byte char tokenizer), or else the path of a saved tokenizer file (to_json form).
+// 256-byte char tokenizer), "bpe:CODES" (Sennrich BPE from a codes file, as `tformer bpe learn`
+// or subword-nmt writes it; sennrich_tokenizer.h), "byte-bpe:VOCAB" (a byte-level BPE vocabulary:
+// a tokenizer JSON file of kind "byte-bpe", as `tformer tokenizer train` writes it, or a folder
+// holding encoder.json and vocab.bpe), or else the path of a saved tokenizer file (to_json form,
+// or a checkpoint header carrying one under "tokenizer").
 std::unique_ptr<Tokenizer> tokenizer_by_name(const std::string& name, const std::string& gpt2_dir = "");
 
 // Length of the complete, valid UTF-8 character at the start of s (1-4), 0 when s starts with a
@@ -87,15 +100,19 @@ bool is_valid_utf8(std::string_view s);
 // out as they are); a valid but unfinished character waits for the next token. flush() returns
 // what is still waiting (an unfinished character at the end comes out as its raw bytes). The
 // concatenation of every feed() and the final flush() equals tokenizer.decode(all ids) exactly,
-// and on valid UTF-8 output each returned chunk is itself valid UTF-8.
+// and on valid UTF-8 output each returned chunk is itself valid UTF-8. When the ids continue a
+// prompt, pass the prompt's last id as `previous`, so that a "bpe" tokenizer writes the space
+// between the prompt's last word and the first generated one.
 class StreamingDecoder {
  public:
-  explicit StreamingDecoder(const Tokenizer& tokenizer) : tokenizer_(tokenizer) {}
+  explicit StreamingDecoder(const Tokenizer& tokenizer, TokenId previous = -1)
+      : tokenizer_(tokenizer), previous_(previous) {}
   std::string feed(TokenId id);
   std::string flush();
 
  private:
   const Tokenizer& tokenizer_;
+  TokenId previous_;
   std::string pending_;
 };
 

@@ -1,0 +1,180 @@
+// Inference speed on the llama2.c "stories" shapes with random weights: decode tokens/s at batch 1
+// against the memory-bandwidth bound measured in the same run, prefill of a 512-token prompt,
+// batched decode of 8 sequences, and the cost of top-p sampling over 32,000 tokens. The anchors
+// are the figures for llama2.c and llama.cpp measured on this machine kind (2 threads);
+// they are printed beside ours as ratios.
+//
+//   build/bench/bench_generate [--shape 15M|110M|all] [--reps 3]
+#include <fmt/format.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/threads.h"
+#include "generate/sampler.h"
+#include "kernels/matmul.h"
+#include "model/model.h"
+
+namespace tformer {
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+double seconds_since(clock_type::time_point t0) {
+  return std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// GB/s of a plain read of a buffer far larger than the caches, on every thread.
+double read_bandwidth_gbs(int reps) {
+  const int64_t n = int64_t{1} << 28;  // 1 GiB of floats
+  std::vector<float> buf(n, 1.0f);
+  std::vector<double> rates;
+  for (int r = 0; r < reps; ++r) {
+    double total = 0;
+    const auto t0 = clock_type::now();
+#pragma omp parallel for reduction(+ : total) schedule(static)
+    for (int64_t i = 0; i < n; i += 16) {
+      float s = 0;
+      for (int k = 0; k < 16; ++k) s += buf[i + k];
+      total += s;
+    }
+    const double t = seconds_since(t0);
+    if (total < 0) fmt::print("impossible\n");
+    rates.push_back(static_cast<double>(n) * 4 / t * 1e-9);
+  }
+  return median(rates);
+}
+
+double sgemm_gflops(int reps) {
+  const int64_t n = 1024;
+  std::vector<float> A(n * n, 0.5f), B(n * n, 0.25f), C(n * n);
+  std::vector<double> rates;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = clock_type::now();
+    gemm<float>(C.data(), n, A.data(), n, false, B.data(), n, false, n, n, n);
+    rates.push_back(2.0 * n * n * n / seconds_since(t0) * 1e-9);
+  }
+  return median(rates);
+}
+
+struct BenchShape {
+  const char* name;
+  int64_t dim, layers, heads, hidden, vocab, context;
+  double llama2c_decode, llamacpp_pp512, llamacpp_tg128;  // tokens/s, the anchors
+};
+
+void run_shape(const BenchShape& sh, int reps, double bandwidth, double sgemm) {
+  auto j = nlohmann::json{{"vocab_size", sh.vocab}, {"context_length", sh.context}, {"d_model", sh.dim},
+                          {"n_layers", sh.layers}, {"n_heads", sh.heads}, {"d_ff", sh.hidden},
+                          {"norm", "rmsnorm"}, {"positions", "rope"}, {"activation", "swiglu"},
+                          {"bias", false}, {"tied_embeddings", true}};  // llama2.c shares the classifier
+  Model m(ModelConfig::from_json(j, sh.name));
+  m.init_gpt2(1);
+  const int64_t V = sh.vocab;
+  const double weight_bytes = static_cast<double>(m.n_params()) * 4;
+  // Decode at batch 1: a 16-token prompt, then 32 tokens; tokens/s of the decode steps.
+  std::vector<double> decode;
+  const int64_t prompt = 16, steps = 32;
+  std::vector<TokenId> ids(prompt);
+  for (int64_t i = 0; i < prompt; ++i) ids[i] = static_cast<TokenId>((i * 7919) % V);
+  std::vector<float> logits(8 * V);
+  for (int r = 0; r < reps; ++r) {
+    KVCache cache = m.make_cache(1, prompt + steps);
+    m.forward_cached(logits.data(), ids.data(), 1, prompt, nullptr, cache, false);
+    TokenId next = 1;
+    const auto t0 = clock_type::now();
+    for (int64_t s = 0; s < steps; ++s) {
+      m.forward_cached(logits.data(), &next, 1, 1, nullptr, cache, false);
+      next = static_cast<TokenId>(std::max_element(logits.data(), logits.data() + V) - logits.data());
+    }
+    decode.push_back(steps / seconds_since(t0));
+  }
+  const double tps = median(decode);
+  // Bytes per decoded token: every weight once (the tied table is read by the output projection;
+  // the embedding lookup reads one row), the KV cache read aside (small at these lengths).
+  const double bound = bandwidth * 1e9 / weight_bytes;
+  fmt::print("{:>5} decode b=1   {:8.1f} tok/s  weights {:.0f} MB/token  bound {:.1f} tok/s  {:.0f}% of bound   "
+             "llama2.c {:.1f} tok/s (x{:.2f})  llama.cpp tg128 {:.1f} (x{:.2f})\n",
+             sh.name, tps, weight_bytes * 1e-6, bound, 100 * tps / bound, sh.llama2c_decode, tps / sh.llama2c_decode,
+             sh.llamacpp_tg128, tps / sh.llamacpp_tg128);
+
+  // Prefill of a 512-token prompt (capped by the context).
+  const int64_t P = std::min<int64_t>(512, sh.context);
+  std::vector<TokenId> long_prompt(P);
+  for (int64_t i = 0; i < P; ++i) long_prompt[i] = static_cast<TokenId>((i * 31) % V);
+  std::vector<double> prefill;
+  for (int r = 0; r < reps; ++r) {
+    KVCache cache = m.make_cache(1, P);
+    const auto t0 = clock_type::now();
+    m.forward_cached(logits.data(), long_prompt.data(), 1, P, nullptr, cache, false);
+    prefill.push_back(P / seconds_since(t0));
+  }
+  const double ptps = median(prefill);
+  // FLOPs per prompt token: 2 per weight (output projection for the last token only: ignored) plus
+  // attention 4 * T/2 * d per layer on average (causal half).
+  const double flops_per_token = 2.0 * (weight_bytes / 4 - static_cast<double>(V * sh.dim)) +
+                                 4.0 * sh.layers * (P / 2.0) * sh.dim;
+  fmt::print("{:>5} prefill {:4} {:8.1f} tok/s  {:.1f} GFLOP/s = {:.0f}% of sgemm {:.1f} GFLOP/s   llama.cpp pp512 "
+             "{:.0f} (x{:.2f})\n",
+             sh.name, P, ptps, ptps * flops_per_token * 1e-9, 100 * ptps * flops_per_token * 1e-9 / sgemm, sgemm,
+             sh.llamacpp_pp512, ptps / sh.llamacpp_pp512);
+
+  // Batched decode: 8 sequences, one token each per step.
+  const int64_t B = 8;
+  std::vector<TokenId> batch_prompt(B * prompt);
+  for (int64_t i = 0; i < B * prompt; ++i) batch_prompt[i] = static_cast<TokenId>((i * 13) % V);
+  std::vector<double> batched;
+  for (int r = 0; r < reps; ++r) {
+    KVCache cache = m.make_cache(B, prompt + steps);
+    m.forward_cached(logits.data(), batch_prompt.data(), B, prompt, nullptr, cache, false);
+    std::vector<TokenId> next(B, 1);
+    const auto t0 = clock_type::now();
+    for (int64_t s = 0; s < steps; ++s) m.forward_cached(logits.data(), next.data(), B, 1, nullptr, cache, false);
+    batched.push_back(B * steps / seconds_since(t0));
+  }
+  const double btps = median(batched);
+  fmt::print("{:>5} decode b=8   {:8.1f} tok/s  = x{:.2f} batch 1 (goal x5)   KV cache {} bytes for 8 x {} tokens\n",
+             sh.name, btps, btps / tps, m.make_cache(B, prompt + steps).payload_bytes(), prompt + steps);
+
+  // Sampling cost: top-p 0.9 over the vocabulary, against one decode step.
+  Sampler sampler({1.0, 0, 0.9, 1});
+  std::vector<float> row(V);
+  Rng r(3);
+  for (auto& x : row) x = static_cast<float>(r.normal());
+  const int n_samples = 200;
+  const auto t0 = clock_type::now();
+  for (int i = 0; i < n_samples; ++i) sampler.sample(row.data(), V);
+  const double per_sample = seconds_since(t0) / n_samples;
+  fmt::print("{:>5} top-p 0.9 sample over {} tokens: {:.1f} us = {:.1f}% of a decode step (goal < 10%)\n", sh.name,
+             V, per_sample * 1e6, 100 * per_sample * tps);
+}
+
+}  // namespace
+}  // namespace tformer
+
+int main(int argc, char** argv) {
+  using namespace tformer;
+  std::string which = "all";
+  int reps = 3;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (std::strcmp(argv[i], "--shape") == 0) which = argv[i + 1];
+    else if (std::strcmp(argv[i], "--reps") == 0) reps = std::max(1, std::atoi(argv[i + 1]));
+  }
+  set_num_threads(2);
+  const double bw = read_bandwidth_gbs(reps);
+  const double sg = sgemm_gflops(reps);
+  fmt::print("threads {}; read bandwidth {:.1f} GB/s; sgemm 1024 {:.1f} GFLOP/s (medians of {})\n", num_threads(), bw,
+             sg, reps);
+  const BenchShape shapes[] = {{"15M", 288, 6, 6, 768, 32000, 256, 515, 5821, 326},
+                          {"110M", 768, 12, 12, 2048, 32000, 1024, 59.7, 624, 49.3}};
+  for (const auto& s : shapes)
+    if (which == "all" || which == s.name) run_shape(s, reps, bw, sg);
+  return 0;
+}
