@@ -1,5 +1,6 @@
 // The reference attention kernel: the spec's three checks (one-key first row, cached chunk ==
-// full pass, future changes invisible) over heads and batches; a hand-computed case; the masking
+// full pass, future changes invisible) over heads and batches; two hand-computed cases (one
+// symmetric, one asymmetric with GQA, the latter against a transposed-score variant); the masking
 // traps (score 0 instead of -infinity, zeroing after softmax, padding, empty rows, the cache
 // offset); GQA against repeated K/V; gradients against finite differences; precision, threads
 // and memory layouts.
@@ -9,6 +10,7 @@
 // coordinate (equal keys would give uniform weights and hide transposes and mask errors).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -302,6 +304,117 @@ TEST(AttentionHand, SpecExampleMatchesHandComputation) {
   EXPECT_TRUE(all_close(f.out, decimals, 0, 1e-13));
   // Float agrees to float precision.
   const auto ff = forward<float>(ex.s, md.get(ex.s), as<float>(ex.q), as<float>(ex.q), as<float>(ex.v));
+  EXPECT_TRUE(all_close(ff.out, ex.hand_out(), 0, 1e-6));
+}
+
+// A second case worked out by hand, ASYMMETRIC (q != k, so q_i.k_j != q_j.k_i) and grouped: two
+// query heads read one kv head (GQA), batch 1, 3 tokens, head_dim 2, causal. In the spec example
+// above keys = queries, so the score matrix is symmetric and a kernel computing k_i.q_j instead
+// of q_i.k_j passes it; this case tells them apart.
+//
+//   q (token i, head h):  i=0: h0 (2, 1)  h1 (-1, 1)     k (token j, the one kv head):  (1, 0)
+//                         i=1: h0 (1, 1)  h1 (1, -1)                                    (0, 2)
+//                         i=2: h0 (0, 1)  h1 (2, 0)                                     (1, -1)
+//   v: (1, 0), (0, 3), (-1, 1).   scale r = 1/sqrt(2);  e := exp(-r) = 0.49306869139523984,
+//   e^2 = exp(-2r) = 0.24311673443421428,  e^3 = exp(-3r) = 0.11987325010376207.
+//
+//   Head 0 (raw dot products q_i.k_j for j <= i; scores are these times r):
+//     row 0: q0.k0 = 2                       -> only key 0: P = (1, 0, 0), out = v0 = (1, 0)
+//     row 1: q1.k0 = 1, q1.k1 = 2            -> scores (r, 2r), minus max 2r: (-r, 0) -> (e, 1)
+//            P = (e, 1)/(1+e) = (0.330238450673343, 0.669761549326657, 0)
+//            out = (e, 3)/(1+e) = (0.330238450673343, 2.009284647979971)
+//     row 2: q2.k0 = 0, q2.k1 = 2, q2.k2 = -1 -> scores (0, 2r, -r), minus 2r: (-2r, 0, -3r)
+//            -> (e^2, 1, e^3), sum S = 1 + e^2 + e^3 = 1.3629899845379763
+//            P = (e^2, 1, e^3)/S = (0.178370154727605, 0.733681106496889, 0.087948738775506)
+//            out = (e^2 * 1 + 1 * 0 + e^3 * -1, e^2 * 0 + 1 * 3 + e^3 * 1)/S = (e^2 - e^3, 3 + e^3)/S
+//                = (0.090421415952098, 2.288992058266174)
+//   Head 1 (same keys and values: the group shares kv head 0):
+//     row 0: q0.k0 = -1                      -> P = (1, 0, 0), out = v0 = (1, 0)
+//     row 1: q1.k0 = 1, q1.k1 = -2           -> scores (r, -2r), minus r: (0, -3r) -> (1, e^3)
+//            P = (1, e^3)/(1+e^3) = (0.892958198534830, 0.107041801465170, 0)
+//            out = (1, 3 e^3)/(1+e^3) = (0.892958198534830, 0.321125404395511)
+//     row 2: q2.k0 = 2, q2.k1 = 0, q2.k2 = 2  -> scores (2r, 0, 2r), minus 2r: (0, -2r, 0) -> (1, e^2, 1)
+//            P = (1, e^2, 1)/(2+e^2) = (0.445808274107603, 0.108383451784794, 0.445808274107603)
+//            out = (1 - 1, 3 e^2 + 1)/(2+e^2) = (0, 0.770958629461984)
+//
+//   The TRANSPOSED variant (score k_i.q_j) gives, for head 0 row 1: k1.q0 = 2, k1.q1 = 2: equal
+//   scores, P = (1/2, 1/2), out = (0.5, 1.5), against ours (0.330, 2.009); head 0 row 2:
+//   k2.q0 = 1, k2.q1 = 0, k2.q2 = -1, out = (0.436, 0.992) against ours (0.090, 2.289).
+struct AsymmetricGqaExample {
+  AttentionShape s{.batch = 1, .n_q = 3, .n_kv = 3, .n_heads = 2, .n_kv_heads = 1, .head_dim = 2};
+  // [token][head][dim]
+  std::vector<double> q{2, 1, -1, 1, /**/ 1, 1, 1, -1, /**/ 0, 1, 2, 0};
+  std::vector<double> k{1, 0, 0, 2, 1, -1}, v{1, 0, 0, 3, -1, 1};
+  static double e(int n) { return std::exp(-n / std::sqrt(2.0)); }  // e^n = exp(-n r)
+  // out: [token][head][dim]
+  std::vector<double> hand_out() const {
+    const double S = 1 + e(2) + e(3);
+    return {1, 0, 1, 0,                                                        // row 0: h0, h1
+            e(1) / (1 + e(1)), 3 / (1 + e(1)), 1 / (1 + e(3)), 3 * e(3) / (1 + e(3)),  // row 1
+            (e(2) - e(3)) / S, (3 + e(3)) / S, 0, (3 * e(2) + 1) / (2 + e(2))};      // row 2
+  }
+  // probs: [head][row][key]
+  std::vector<double> hand_probs() const {
+    const double S = 1 + e(2) + e(3);
+    return {1, 0, 0, e(1) / (1 + e(1)), 1 / (1 + e(1)), 0, e(2) / S, 1 / S, e(3) / S,                      // h0
+            1, 0, 0, 1 / (1 + e(3)), e(3) / (1 + e(3)), 0, 1 / (2 + e(2)), e(2) / (2 + e(2)), 1 / (2 + e(2))};  // h1
+  }
+};
+
+// The WRONG, transposed kernel: score(i, j) = k_i . q_j (head h's queries, the one kv head's
+// keys) instead of q_i . k_j, causal, for batch 1, one kv head, head_dim 2. Output laid out as
+// the kernel's, [token][head][dim].
+std::vector<double> transposed_attention(const std::vector<double>& q, const std::vector<double>& k,
+                                         const std::vector<double>& v, int64_t n, int64_t H) {
+  std::vector<double> out(n * H * 2, 0.0);
+  for (int64_t h = 0; h < H; ++h)
+    for (int64_t i = 0; i < n; ++i) {
+      std::vector<double> sc(i + 1);
+      for (int64_t j = 0; j <= i; ++j)
+        sc[j] = (k[2 * i] * q[(j * H + h) * 2] + k[2 * i + 1] * q[(j * H + h) * 2 + 1]) / std::sqrt(2.0);
+      double mx = sc[0], sum = 0;
+      for (double x : sc) mx = std::max(mx, x);
+      for (double& x : sc) sum += (x = std::exp(x - mx));
+      for (int64_t j = 0; j <= i; ++j)
+        for (int d = 0; d < 2; ++d) out[(i * H + h) * 2 + d] += sc[j] / sum * v[2 * j + d];
+    }
+  return out;
+}
+
+TEST(AttentionHand, AsymmetricGqaCaseMatchesHandComputation) {
+  const AsymmetricGqaExample ex;
+  MaskData md;
+  const auto f = forward<double>(ex.s, md.get(ex.s), ex.q, ex.k, ex.v);
+  EXPECT_TRUE(all_close(f.out, ex.hand_out(), 0, 1e-12));
+  EXPECT_TRUE(all_close(f.probs, ex.hand_probs(), 0, 1e-12));
+  // The decimals written above, as an independent check of the closed forms.
+  const std::vector<double> decimals{1, 0, 1, 0,
+                                     0.330238450673343, 2.009284647979971, 0.892958198534830, 0.321125404395511,
+                                     0.090421415952098, 2.288992058266174, 0, 0.770958629461984};
+  EXPECT_TRUE(all_close(f.out, decimals, 0, 1e-14));
+  // The score matrix really is asymmetric: q_1.k_0 = 1 but q_0.k_1 = 2 (head 0).
+  ASSERT_NE(ex.q[(1 * 2 + 0) * 2] * ex.k[0] + ex.q[(1 * 2 + 0) * 2 + 1] * ex.k[1],
+            ex.q[(0 * 2 + 0) * 2] * ex.k[2] + ex.q[(0 * 2 + 0) * 2 + 1] * ex.k[3]);
+
+  // The transposed variant matches neither the hand values nor the kernel...
+  const auto wrong = transposed_attention(ex.q, ex.k, ex.v, 3, 2);
+  // ...its head 0 row 1 is the hand-derived (0.5, 1.5) written above,
+  EXPECT_NEAR(wrong[(1 * 2 + 0) * 2], 0.5, 1e-15);
+  EXPECT_NEAR(wrong[(1 * 2 + 0) * 2 + 1], 1.5, 1e-15);
+  // and it differs from ours by far more than the 1e-12 tolerance above, in every row past 0.
+  for (int64_t i = 1; i < 3; ++i)
+    for (int64_t h = 0; h < 2; ++h) {
+      const int64_t o = (i * 2 + h) * 2;
+      EXPECT_GT(std::abs(wrong[o] - f.out[o]) + std::abs(wrong[o + 1] - f.out[o + 1]), 0.1) << "i=" << i << " h=" << h;
+    }
+  EXPECT_FALSE(all_close(wrong, ex.hand_out(), 0, 1e-3));
+  // Why the spec example could not catch this: with keys = queries the transposed variant agrees.
+  const SpecExample spec;
+  const auto spec_ours = forward<double>(spec.s, md.get(spec.s), spec.q, spec.q, spec.v);
+  EXPECT_TRUE(all_close(transposed_attention(spec.q, spec.q, spec.v, 3, 1), spec_ours.out, 0, 1e-15));
+
+  // Float agrees to float precision (every input is exact in float).
+  const auto ff = forward<float>(ex.s, md.get(ex.s), as<float>(ex.q), as<float>(ex.k), as<float>(ex.v));
   EXPECT_TRUE(all_close(ff.out, ex.hand_out(), 0, 1e-6));
 }
 
@@ -620,6 +733,63 @@ TEST(AttentionGrad, BackwardMatchesFiniteDifferences) {
         EXPECT_EQ(g.dk[kv_index(s, 0, j, kh, d)], 0.0);
         EXPECT_EQ(g.dv[kv_index(s, 0, j, kh, d)], 0.0);
       }
+}
+
+// Non-causal (bidirectional) attention with padding: every row reads every valid key, later keys
+// included. Batch 2 with padding in different places (seq 1's first slot, seq 0's last two), kv_len
+// on seq 1, n_q != n_kv, GQA. Gradients start non-zero: backward must add to them.
+TEST(AttentionGrad, NonCausalWithPaddingMatchesFiniteDifferences) {
+  const AttentionShape s{.batch = 2, .n_q = 3, .n_kv = 5, .n_heads = 4, .n_kv_heads = 2, .head_dim = 3};
+  MaskData md;
+  md.causal = false;
+  md.kv_len = {5, 4};
+  md.key_valid = {1, 1, 1, 0, 0, /**/ 0, 1, 1, 1, 1};
+  const AttentionMask m = md.get(s);
+  std::vector<double> q = random_values(q_size(s), 241), k = random_values(kv_size(s), 242),
+                      v = random_values(kv_size(s), 243);
+  const std::vector<double> r = random_values(q_size(s), 244);  // loss = sum(r * out)
+  auto loss = [&] {
+    const auto f = forward<double>(s, m, q, k, v);
+    double sum = 0;
+    for (int64_t i = 0; i < q_size(s); ++i) sum += r[i] * f.out[i];
+    return sum;
+  };
+  const auto f = forward<double>(s, m, q, k, v);
+  // Not causal: row 0 of each sequence puts positive weight on a LATER key (seq 0: slot 2; seq 1:
+  // slots 2, 3), and every row's weights cover exactly the valid slots.
+  for (int64_t b = 0; b < 2; ++b)
+    for (int64_t h = 0; h < 4; ++h)
+      for (int64_t i = 0; i < 3; ++i)
+        for (int64_t j = 0; j < 5; ++j) {
+          const bool valid = md.key_valid[b * 5 + j] != 0 && j < md.kv_len[b];
+          if (valid) {
+            EXPECT_GT(f.probs[p_index(s, b, h, i, j)], 0.0) << "b=" << b << " h=" << h << " i=" << i << " j=" << j;
+          } else {
+            EXPECT_EQ(f.probs[p_index(s, b, h, i, j)], 0.0) << "b=" << b << " h=" << h << " i=" << i << " j=" << j;
+          }
+        }
+  Grads<double> g{std::vector<double>(q_size(s), -0.25), std::vector<double>(kv_size(s), 0.5),
+                  std::vector<double>(kv_size(s), 2.0)};
+  backward<double>(s, m, q, k, v, f.probs, r, g);
+  for (auto& x : g.dq) x += 0.25;
+  for (auto& x : g.dk) x -= 0.5;
+  for (auto& x : g.dv) x -= 2.0;
+  EXPECT_LT(test::gradient_error(g.dq, test::numeric_gradient(loss, q)), 1e-6);
+  EXPECT_LT(test::gradient_error(g.dk, test::numeric_gradient(loss, k)), 1e-6);
+  EXPECT_LT(test::gradient_error(g.dv, test::numeric_gradient(loss, v)), 1e-6);
+  // Structural zeros: padded slots (seq 0: 3, 4; seq 1: 0) and seq 1's slot past kv_len (4 is
+  // both valid-flagged and past kv_len = 4) get no gradient. The fixed -0.25/0.5/2.0 offsets were
+  // removed above, so "no gradient" reads exactly 0.
+  for (auto [b, j] : {std::pair<int64_t, int64_t>{0, 3}, {0, 4}, {1, 0}, {1, 4}})
+    for (int64_t kh = 0; kh < 2; ++kh)
+      for (int64_t d = 0; d < 3; ++d) {
+        EXPECT_EQ(g.dk[kv_index(s, b, j, kh, d)], 0.0) << "b=" << b << " j=" << j;
+        EXPECT_EQ(g.dv[kv_index(s, b, j, kh, d)], 0.0) << "b=" << b << " j=" << j;
+      }
+  // The same data with causal = true is a different function (rows 0 and 1 lose their later keys).
+  MaskData causal = md;
+  causal.causal = true;
+  EXPECT_FALSE(all_close(forward<double>(s, causal.get(s), q, k, v).out, f.out, 0, 1e-3));
 }
 
 // Two backward calls accumulate: twice the gradient of one.

@@ -1,4 +1,5 @@
-// LayerNorm and RMSNorm: hand-computed rows, backward against finite differences (x, gain, bias),
+// LayerNorm and RMSNorm: hand-computed rows, backward against finite differences (x, gain, bias;
+// and with a null gain, treated as all ones),
 // the shift/scale properties of LayerNorm with the epsilon effect predicted, float against double,
 // and thread-count independence.
 #include <gtest/gtest.h>
@@ -134,6 +135,95 @@ TEST(RmsNorm, BackwardMatchesFiniteDifferences) {
   for (auto& v : dg) v -= 2.0;
   EXPECT_LT(test::gradient_error(dx, test::numeric_gradient(loss, x)), 1e-6);
   EXPECT_LT(test::gradient_error(dg, test::numeric_gradient(loss, gain)), 1e-6);
+}
+
+// A null gain is treated as all ones (norm.cpp's gain_at). LayerNorm with gain null (bias given):
+// the forward equals the forward with explicit ones, and dx (with dgain null, which is allowed)
+// matches finite differences of the null-gain forward; dbias too.
+TEST(LayerNorm, NullGainMatchesFiniteDifferences) {
+  const int64_t rows = 3, cols = 5;
+  const double eps = 1e-5;
+  std::vector<double> x = norm_inputs(rows, cols, 131), bias = random_values(cols, 132, -0.5, 0.5);
+  const std::vector<double> r = random_values(rows * cols, 133, -1.0, 2.0);
+  const std::vector<double> ones(cols, 1.0);
+  auto forward = [&](const double* gain) {
+    std::vector<double> y(rows * cols), m(rows), s(rows);
+    layernorm_forward<double>(y.data(), m.data(), s.data(), x.data(), gain, bias.data(), rows, cols, eps);
+    return y;
+  };
+  auto loss = [&] {
+    const auto y = forward(nullptr);
+    double acc = 0;
+    for (int64_t i = 0; i < rows * cols; ++i) acc += r[i] * y[i];
+    return acc;
+  };
+  // Equal up to rounding, not bit for bit: the compiler may contract xhat * g + b into a fused
+  // multiply-add differently when g is the constant 1 (GCC's default -ffp-contract=fast).
+  EXPECT_TRUE(all_close(forward(nullptr), forward(ones.data()), 1e-15, 1e-15));
+  std::vector<double> y(rows * cols), mean(rows), rstd(rows);
+  layernorm_forward<double>(y.data(), mean.data(), rstd.data(), x.data(), nullptr, bias.data(), rows, cols, eps);
+  std::vector<double> dx(rows * cols, 0.25), db(cols, -1.0);
+  layernorm_backward<double>(dx.data(), nullptr, db.data(), r.data(), x.data(), mean.data(), rstd.data(), nullptr,
+                             rows, cols);
+  for (auto& v : dx) v -= 0.25;
+  for (auto& v : db) v += 1.0;
+  EXPECT_LT(test::gradient_error(dx, test::numeric_gradient(loss, x)), 1e-6);
+  EXPECT_LT(test::gradient_error(db, test::numeric_gradient(loss, bias)), 1e-6);
+  // Same as the explicit-ones backward; and a dgain requested with a null gain is d/dgain at gain 1.
+  std::vector<double> dx1(rows * cols, 0.0), dg1(cols, 0.0), db1(cols, 0.0), dg0(cols, 0.0);
+  layernorm_backward<double>(dx1.data(), dg1.data(), db1.data(), r.data(), x.data(), mean.data(), rstd.data(),
+                             ones.data(), rows, cols);
+  std::vector<double> dx0(rows * cols, 0.0);
+  layernorm_backward<double>(dx0.data(), dg0.data(), nullptr, r.data(), x.data(), mean.data(), rstd.data(), nullptr,
+                             rows, cols);
+  EXPECT_TRUE(all_close(dx0, dx1, 1e-14, 1e-14));
+  EXPECT_TRUE(all_close(dg0, dg1, 1e-14, 1e-14));
+  EXPECT_TRUE(all_close(dx, dx1, 1e-14, 1e-14));
+  // Only dx requested (dgain and dbias null) with a null gain: the same dx.
+  std::vector<double> dx_only(rows * cols, 0.0);
+  layernorm_backward<double>(dx_only.data(), nullptr, nullptr, r.data(), x.data(), mean.data(), rstd.data(), nullptr,
+                             rows, cols);
+  EXPECT_EQ(dx_only, dx0);
+}
+
+// RMSNorm with a null gain: y = x * rstd; dx against finite differences with dgain null.
+TEST(RmsNorm, NullGainMatchesFiniteDifferences) {
+  const int64_t rows = 3, cols = 6;
+  const double eps = 1e-5;
+  std::vector<double> x = norm_inputs(rows, cols, 141);
+  for (int64_t c = 0; c < cols; ++c) x[1 * cols + c] -= 0.7;  // mean square ~5e-6: eps matters
+  const std::vector<double> r = random_values(rows * cols, 142, -1.0, 2.0);
+  const std::vector<double> ones(cols, 1.0);
+  auto forward = [&](const double* gain) {
+    std::vector<double> y(rows * cols), s(rows);
+    rmsnorm_forward<double>(y.data(), s.data(), x.data(), gain, rows, cols, eps);
+    return y;
+  };
+  auto loss = [&] {
+    const auto y = forward(nullptr);
+    double acc = 0;
+    for (int64_t i = 0; i < rows * cols; ++i) acc += r[i] * y[i];
+    return acc;
+  };
+  EXPECT_TRUE(all_close(forward(nullptr), forward(ones.data()), 1e-15, 1e-15));  // up to FMA contraction
+  std::vector<double> y(rows * cols), rstd(rows);
+  rmsnorm_forward<double>(y.data(), rstd.data(), x.data(), nullptr, rows, cols, eps);
+  // The test's own y = x / sqrt(mean(x^2) + eps) for row 0.
+  double ms = 0;
+  for (int64_t c = 0; c < cols; ++c) ms += x[c] * x[c];
+  ms /= cols;
+  for (int64_t c = 0; c < cols; ++c) EXPECT_NEAR(y[c], x[c] / std::sqrt(ms + eps), 1e-14);
+  std::vector<double> dx(rows * cols, 0.5);
+  rmsnorm_backward<double>(dx.data(), nullptr, r.data(), x.data(), rstd.data(), nullptr, rows, cols);
+  for (auto& v : dx) v -= 0.5;
+  EXPECT_LT(test::gradient_error(dx, test::numeric_gradient(loss, x)), 1e-6);
+  // Same as the explicit-ones backward, with or without dgain.
+  std::vector<double> dx1(rows * cols, 0.0), dg1(cols, 0.0), dx0(rows * cols, 0.0), dg0(cols, 0.0);
+  rmsnorm_backward<double>(dx1.data(), dg1.data(), r.data(), x.data(), rstd.data(), ones.data(), rows, cols);
+  rmsnorm_backward<double>(dx0.data(), dg0.data(), r.data(), x.data(), rstd.data(), nullptr, rows, cols);
+  EXPECT_TRUE(all_close(dx0, dx1, 1e-14, 1e-14));
+  EXPECT_TRUE(all_close(dg0, dg1, 1e-14, 1e-14));
+  EXPECT_TRUE(all_close(dx, dx1, 1e-14, 1e-14));
 }
 
 template <typename T>

@@ -1,4 +1,5 @@
-// Core: shapes and views, arenas, errors, and the seeded RNG's determinism.
+// Core: shapes and views, arenas, errors, and the seeded RNG's determinism and its published
+// golden values (xoshiro256** and splitmix64 reference outputs).
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -66,6 +67,58 @@ TEST(Arena, OneAlignedBufferWithNamedViews) {
   g.mirror(a);
   EXPECT_EQ(g.size(), a.size());
   EXPECT_EQ(g.get("w")(2, 4), 0);  // a mirror has the layout, not the values
+}
+
+// Golden values from the PUBLISHED reference implementations, not from our own code.
+//
+// xoshiro256** (Blackman & Vigna, xoshiro256starstar.c): next() returns rotl(s[1] * 5, 7) * 9, then
+//   t = s[1] << 17; s[2] ^= s[0]; s[3] ^= s[1]; s[1] ^= s[2]; s[0] ^= s[3]; s[2] ^= t; s[3] = rotl(s[3], 45).
+// The reference test vector: from state {1, 2, 3, 4} the first outputs are 11520, 0, 1509978240,
+// 1215971899390074240. By hand:
+//   output 1: s[1] = 2; 2 * 5 = 10; rotl(10, 7) = 10 * 2^7 = 1280 (no bit wraps); 1280 * 9 = 11520.
+//   update:   t = 2 << 17 = 262144; s2 = 3^1 = 2; s3 = 4^2 = 6; s1 = 2^2 = 0; s0 = 1^6 = 7;
+//             s2 = 2^262144 = 262146; s3 = rotl(6, 45).
+//   output 2: s[1] = 0, so rotl(0, 7) * 9 = 0.
+//   update:   t = 0; s2 = 262146^7 = 262149; s3 = rotl(6,45)^0; s1 = 0^262149 = 262149; ...
+//   output 3: s[1] = 262149; * 5 = 1310745; rotl 7 = 1310745 * 128 = 167775360 (< 2^57, no wrap);
+//             * 9 = 1509978240.
+//   Output 4 was checked with an independent python3 big-int transcription of the published C
+//   code (not our code): 1215971899390074240.
+TEST(Rng, Xoshiro256StarStarMatchesThePublishedTestVector) {
+  Rng r;
+  r.set_state({1, 2, 3, 4});
+  EXPECT_EQ(r.next_u64(), 11520u);
+  EXPECT_EQ(r.next_u64(), 0u);
+  EXPECT_EQ(r.next_u64(), 1509978240u);
+  EXPECT_EQ(r.next_u64(), 1215971899390074240u);
+}
+
+// splitmix64 (Vigna, splitmix64.c): next() { z = (x += 0x9e3779b97f4a7c15); z = (z ^ (z >> 30)) *
+// 0xbf58476d1ce4e5b9; z = (z ^ (z >> 27)) * 0x94d049bb133111eb; return z ^ (z >> 31); }.
+// mix64(x) adds the golden gamma first and then applies the same three steps, so mix64(x) is
+// exactly next() called with state x, and the k-th output from state 0 is mix64(k * gamma) for
+// k = 0, 1, 2, ... (mod 2^64).
+// Published: seeded with 0, the first output is 0xe220a8397b1dcdaf and the second 0x6e789e6aa1b965f4.
+// Trace of the first (python3 big ints, an independent transcription of the published C code):
+//   z = 0 + 0x9e3779b97f4a7c15
+//   z ^ (z >> 30)              = 0x9e3779bb07979af0;  * 0xbf58476d1ce4e5b9 mod 2^64 = 0x6f68261b57e7a770
+//   z ^ (z >> 27)              = 0x6f682616bae3641a;  * 0x94d049bb133111eb mod 2^64 = 0xe220a838bf5c9dde
+//   z ^ (z >> 31)              = 0xe220a8397b1dcdaf.
+// The third and fourth outputs, 0x06c45d188009454f and 0xf88bb8a8724c81ec, come from the same
+// python3 transcription.
+TEST(Rng, Mix64IsSplitmix64AndMatchesThePublishedOutputs) {
+  constexpr uint64_t kGamma = 0x9e3779b97f4a7c15ULL;
+  EXPECT_EQ(mix64(0), 0xe220a8397b1dcdafULL);
+  EXPECT_EQ(mix64(kGamma), 0x6e789e6aa1b965f4ULL);
+  EXPECT_EQ(mix64(2 * kGamma), 0x06c45d188009454fULL);
+  EXPECT_EQ(mix64(3 * kGamma), 0xf88bb8a8724c81ecULL);
+  // Rng(seed) is seeded through splitmix64 (rng.h): its state is splitmix64's first four outputs
+  // from state seed, the seeding the xoshiro authors recommend.
+  const auto st = Rng(0).state();
+  EXPECT_EQ(st[0], 0xe220a8397b1dcdafULL);
+  EXPECT_EQ(st[1], 0x6e789e6aa1b965f4ULL);
+  EXPECT_EQ(st[2], 0x06c45d188009454fULL);
+  EXPECT_EQ(st[3], 0xf88bb8a8724c81ecULL);
 }
 
 TEST(Rng, SameSeedSameSequenceDifferentSeedDifferent) {

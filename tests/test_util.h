@@ -48,19 +48,24 @@ template <typename A, typename B>
   return all_close(a.data(), ref.data(), static_cast<int64_t>(a.size()), rtol, atol);
 }
 
-// Central differences of a scalar function f at x, each coordinate perturbed by +-h.
+// Central differences of a scalar function f at x. Coordinate i is perturbed by
+// +-h * max(1, |x_i|): a step relative to the coordinate's size once it exceeds 1, so a large input
+// (a row offset by 40, logits of 4) is not perturbed by a step that its own rounding (ulp(40) =
+// 7e-15) and the loss's round-off turn into a visible error. The quotient divides by the step
+// actually represented, (x_i + h_i) - (x_i - h_i), not by 2 h_i.
 inline std::vector<double> numeric_gradient(const std::function<double()>& f, std::vector<double>& x,
                                             double h = 1e-6) {
   std::vector<double> g(x.size());
-  if (std::getenv("TF_H")) h = std::atof(std::getenv("TF_H"));  // TEMP
   for (size_t i = 0; i < x.size(); ++i) {
     const double saved = x[i];
-    x[i] = saved + h;
+    const double step = h * std::max(1.0, std::abs(saved));
+    const double up = saved + step, down = saved - step;
+    x[i] = up;
     const double fp = f();
-    x[i] = saved - h;
+    x[i] = down;
     const double fm = f();
     x[i] = saved;
-    g[i] = (fp - fm) / (2 * h);
+    g[i] = (fp - fm) / (up - down);
   }
   return g;
 }
@@ -68,8 +73,9 @@ inline std::vector<double> numeric_gradient(const std::function<double()>& f, st
 // max_i |a_i - n_i| / max(|a_i|, |n_i|, floor): the conventional relative error of a gradient
 // check, measured against the larger of the two magnitudes. (An earlier version divided by
 // |a_i| + |n_i|, which is up to twice as lenient.) The floor only keeps exactly-zero gradients
-// (masked entries, where both sides are 0 or round-off) from dividing by zero; it is far below
-// any real gradient component in these tests.
+// from dividing by zero: a masked entry the loss does not depend on has analytic 0 and numeric
+// exactly 0 (f(x + h) and f(x - h) are the same number), so 0 / floor = 0. It is far below any
+// real gradient component in these tests, so it never loosens a real comparison.
 inline double gradient_error(const std::vector<double>& analytic, const std::vector<double>& numeric,
                              double floor = 1e-8) {
   EXPECT_EQ(analytic.size(), numeric.size()) << "gradient_error: sizes differ";
@@ -78,7 +84,6 @@ inline double gradient_error(const std::vector<double>& analytic, const std::vec
     const double denom = std::max({std::abs(analytic[i]), std::abs(numeric[i]), floor});
     worst = std::max(worst, std::abs(analytic[i] - numeric[i]) / denom);
   }
-  if (std::getenv("TF_GRADERR")) std::fprintf(stderr, "GRADERR %s %.3e\n", ::testing::UnitTest::GetInstance()->current_test_info()->name(), worst);  // TEMP
   return worst;
 }
 
