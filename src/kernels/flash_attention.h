@@ -1,0 +1,43 @@
+// Tiled exact attention (FlashAttention's algorithm on the CPU): the same function as the
+// reference attention (kernels/attention.h), computed without materialising the n_q x n_kv score
+// matrix. Same views, shape and mask; same policies:
+//   * a disallowed key slot (future, past kv_len, padding) is never read, forward or backward;
+//   * a query row with no allowed key gives a zero output and a zero gradient (never NaN), and its
+//     log-sum-exp is -infinity;
+//   * the backward ACCUMULATES (+=) into dq, dk, dv; dk and dv have the kv heads' shape
+//     [B, n_kv, n_kv_heads, hd] and sum over each kv head's group of query heads (GQA/MQA read the
+//     shared K/V head in place, no copies).
+//
+// The forward saves one number per query row instead of the probabilities: the log-sum-exp of the
+// row's scaled scores, lse_i = log sum_j exp(q_i . k_j / sqrt(hd)) over the allowed j, laid out
+// contiguous [B, n_heads, n_q]. The backward recomputes the probabilities tile by tile from q, k
+// and lse (P_ij = exp(S_ij - lse_i)).
+//
+// Results do not depend on the number of threads (every output element is computed by one thread
+// in a fixed order; the decode split uses a fixed chunk size and merges in chunk order).
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/attention.h"
+
+namespace tformer {
+
+// out: [B, n_q, n_heads, hd] view (written). lse: contiguous [B, n_heads, n_q] (written; may be
+// null when no backward follows).
+template <typename T>
+void flash_attention_forward(HeadsView<T> out, T* lse, HeadsView<const T> q, HeadsView<const T> k,
+                             HeadsView<const T> v, const AttentionShape& s, const AttentionMask& m);
+
+// Accumulates dq, dk, dv (+=) from dout, the forward's out and lse (both required), q, k, v.
+template <typename T>
+void flash_attention_backward(HeadsView<T> dq, HeadsView<T> dk, HeadsView<T> dv, HeadsView<const T> dout,
+                              HeadsView<const T> out, const T* lse, HeadsView<const T> q, HeadsView<const T> k,
+                              HeadsView<const T> v, const AttentionShape& s, const AttentionMask& m);
+
+// The bytes the kernels allocate themselves for this shape with `threads` threads (per-thread
+// tiles, the decode path's partial states); the caller's lse array ([B, n_heads, n_q] T's) is
+// not included. For benchmarks' memory accounting.
+int64_t flash_attention_workspace_bytes(const AttentionShape& s, int64_t elem_size, int threads, bool backward);
+
+}  // namespace tformer
