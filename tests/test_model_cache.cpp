@@ -140,6 +140,32 @@ TEST(KVCache, GreedyDecodeOf64TokensIsTheSameWithAndWithoutTheCache) {
   }
 }
 
+TEST(AttentionKernelSwitch, TiledAndReferenceGiveTheSameLogitsAndText) {
+  // The tiled kernel is the default; the reference is the oracle. Whole-model logits through a
+  // full pass, a chunked prefill and decode must agree within float rounding, and greedy text
+  // must be identical.
+  const int64_t N = 23, V = 29;
+  for (const char* cfg : kConfigs) {
+    Model tiled = make_model(cfg), ref = make_model(cfg);
+    ASSERT_EQ(tiled.attention_kernel(), AttentionKernel::Tiled);
+    ref.set_attention_kernel(AttentionKernel::Reference);
+    const auto ids = tokens(N, 21);
+    std::vector<float> a(N * V), b(N * V);
+    tiled.forward(a.data(), ids.data(), 1, N);
+    ref.forward(b.data(), ids.data(), 1, N);
+    EXPECT_TRUE(all_close(a, b, 1e-5, 1e-5)) << cfg;
+    KVCache ca = tiled.make_cache(1, N), cb = ref.make_cache(1, N);
+    for (int64_t s = 0; s < N; s += 4) {
+      const int64_t c = std::min<int64_t>(4, N - s);
+      tiled.forward_cached(a.data() + s * V, ids.data() + s, 1, c, nullptr, ca, true);
+      ref.forward_cached(b.data() + s * V, ids.data() + s, 1, c, nullptr, cb, true);
+    }
+    EXPECT_TRUE(all_close(a, b, 1e-5, 1e-5)) << cfg << " chunked";
+  }
+  EXPECT_EQ(parse_attention_kernel("reference"), AttentionKernel::Reference);
+  EXPECT_THROW(parse_attention_kernel("flash"), Error);
+}
+
 TEST(KVCache, PayloadBytesFollowTheSpecFormula) {
   // 2 x layers x batch x kv_heads x tokens x head_dim x 4 bytes.
   // GQA: 2 layers, batch 3, 2 kv heads, 10 slots, head width 4: 2*2*3*2*10*4*4 = 3840.
@@ -181,6 +207,7 @@ TEST(KVCache, ModelForwardEqualsTheReferenceBlockComposition) {
   const int64_t T = 9, V = 29, d = 16;
   for (const char* cfg : kConfigs) {
     Model m = make_model(cfg);
+    m.set_attention_kernel(AttentionKernel::Reference);
     const auto& c = m.config();
     const auto ids = tokens(T, 8);
     std::vector<float> logits(T * V);

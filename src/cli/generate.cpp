@@ -18,7 +18,7 @@ namespace tformer::cli {
 namespace {
 
 struct GenerateArgs {
-  std::string model, prompt, prompts_file;
+  std::string model, prompt, prompts_file, attention = "tiled";
   int64_t max_new_tokens = 64, top_k = 0, prefill_chunk = 0;
   double temperature = 1.0, top_p = 0.9;
   uint64_t seed = 1337;
@@ -29,6 +29,7 @@ struct GenerateArgs {
 void run_generate(const GenerateArgs& a) {
   set_num_threads(a.threads);
   LoadedModel lm = load_model(a.model);
+  lm.model->set_attention_kernel(parse_attention_kernel(a.attention));
   if (!lm.tokenizer) fail("{}: the model file carries no tokenizer; generation needs one", a.model);
   const Tokenizer& tok = *lm.tokenizer;
   std::vector<std::string> texts;
@@ -57,13 +58,19 @@ void run_generate(const GenerateArgs& a) {
   opt.prefill_chunk = a.prefill_chunk;
   GenerateStats stats;
   const bool stream = prompts.size() == 1;
-  StreamingDecoder decoder(tok);
-  if (stream) {
+  // The decoder starts after the prompt's last id: a Sennrich BPE tokenizer restores the space
+  // between two words from the id before it.
+  StreamingDecoder decoder(tok, prompts[0].back());
+  // The prompt is echoed with the first token, so a rejected request prints nothing but the error.
+  bool echoed = false;
+  auto echo_prompt = [&] {
+    if (echoed) return;
+    echoed = true;
     std::fwrite(texts[0].data(), 1, texts[0].size(), stdout);
-    std::fflush(stdout);
-  }
+  };
   auto on_token = [&](int64_t, TokenId id) {
     if (!stream) return;
+    echo_prompt();
     if (opt.stop_token && id == *opt.stop_token) return;
     const std::string piece = decoder.feed(id);
     std::fwrite(piece.data(), 1, piece.size(), stdout);
@@ -71,14 +78,16 @@ void run_generate(const GenerateArgs& a) {
   };
   const auto out = generate(*lm.model, prompts, opt, on_token, &stats);
   if (stream) {
+    echo_prompt();
     const std::string rest = decoder.flush();
     std::fwrite(rest.data(), 1, rest.size(), stdout);
     std::fputc('\n', stdout);
   } else {
     for (size_t b = 0; b < out.size(); ++b) {
-      std::vector<TokenId> ids = out[b];
-      if (!ids.empty() && opt.stop_token && ids.back() == *opt.stop_token) ids.pop_back();
-      fmt::print("[{}] {}{}\n", b, texts[b], tok.decode(ids));
+      std::vector<TokenId> ids = prompts[b];
+      ids.insert(ids.end(), out[b].begin(), out[b].end());
+      if (!out[b].empty() && opt.stop_token && ids.back() == *opt.stop_token) ids.pop_back();
+      fmt::print("[{}] {}\n", b, tok.decode(ids));
     }
   }
   if (a.verbose) {
@@ -93,7 +102,7 @@ void run_generate(const GenerateArgs& a) {
 }
 
 struct LogitsArgs {
-  std::string model, tokens, out;
+  std::string model, tokens, out, attention = "tiled";
   int64_t chunk = 0;
   int threads = 0;
 };
@@ -120,6 +129,7 @@ void run_logits(const LogitsArgs& a) {
   set_num_threads(a.threads);
   LoadedModel lm = load_model(a.model);
   Model& m = *lm.model;
+  m.set_attention_kernel(parse_attention_kernel(a.attention));
   const auto ids = parse_ids(a.tokens);
   if (ids.empty()) fail("--tokens: no token ids");
   const int64_t T = static_cast<int64_t>(ids.size()), V = m.config().vocab_size;
@@ -156,6 +166,8 @@ void register_generate(CLI::App& app) {
   gc->add_option("--threads", g->threads, "Threads (0 = all cores)")->capture_default_str();
   gc->add_flag("--allow-special", g->allow_special, "Recognise special tokens in the prompt");
   gc->add_flag("--verbose", g->verbose, "Print timings and the KV cache size to stderr");
+  gc->add_option("--attention", g->attention, "tiled (default) | reference (the plain kernel, for debugging)")
+      ->capture_default_str();
   gc->callback([g] { run_generate(*g); });
 
   auto l = std::make_shared<LogitsArgs>();
@@ -166,6 +178,8 @@ void register_generate(CLI::App& app) {
       ->capture_default_str();
   lc->add_option("--out", l->out, "Output file")->required();
   lc->add_option("--threads", l->threads, "Threads (0 = all cores)")->capture_default_str();
+  lc->add_option("--attention", l->attention, "tiled (default) | reference (the plain kernel, for debugging)")
+      ->capture_default_str();
   lc->callback([l] { run_logits(*l); });
 }
 

@@ -42,7 +42,7 @@ void run_init(const InitOptions& o) {
 }
 
 struct EvalOptions {
-  std::string model, data;
+  std::string model, data, attention = "tiled";
   int64_t batch = 8, max_tokens = 0;
   int threads = 0;
 };
@@ -53,6 +53,7 @@ struct EvalOptions {
 void run_eval(const EvalOptions& o) {
   set_num_threads(o.threads);
   LoadedModel lm = load_model(o.model);
+  lm.model->set_attention_kernel(parse_attention_kernel(o.attention));
   if (!lm.tokenizer) fail("{}: the model file carries no tokenizer", o.model);
   std::vector<TokenId> ids = lm.tokenizer->encode(read_file_bytes(o.data));
   if (o.max_tokens > 0 && static_cast<int64_t>(ids.size()) > o.max_tokens) ids.resize(o.max_tokens);
@@ -104,6 +105,8 @@ void register_model_commands(CLI::App& app) {
   ec->add_option("--batch", ev->batch, "Windows per forward pass")->capture_default_str()->check(CLI::PositiveNumber);
   ec->add_option("--max-tokens", ev->max_tokens, "Score only the first N tokens (0 = all)")->capture_default_str();
   ec->add_option("--threads", ev->threads, "Threads (0 = all cores)")->capture_default_str();
+  ec->add_option("--attention", ev->attention, "tiled (default) | reference (the plain kernel, for debugging)")
+      ->capture_default_str();
   ec->callback([ev] { run_eval(*ev); });
 }
 

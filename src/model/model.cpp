@@ -5,6 +5,7 @@
 
 #include "core/rng.h"
 #include "kernels/attention.h"
+#include "kernels/flash_attention.h"
 #include "kernels/matmul.h"
 #include "kernels/norm.h"
 
@@ -111,6 +112,12 @@ void sinusoidal_positions(float* out, int64_t n_positions, int64_t d_model) {
     }
 }
 
+AttentionKernel parse_attention_kernel(const std::string& name) {
+  if (name == "tiled") return AttentionKernel::Tiled;
+  if (name == "reference") return AttentionKernel::Reference;
+  fail("--attention is \"{}\"; expected \"tiled\" or \"reference\"", name);
+}
+
 KVCache Model::make_cache(int64_t batch, int64_t capacity) const {
   return KVCache(config_.n_layers, batch, config_.n_kv_heads, capacity, config_.head_dim());
 }
@@ -168,8 +175,12 @@ void Model::attention_sublayer(float* out, const float* u, int64_t layer, int64_
   mask.causal = true;
   mask.q_offset = q_offset.data();
   mask.kv_len = kv_len.data();
-  attention_forward<float>(heads_btHd(o.data(), n, c.n_heads, hd), nullptr,
-                           heads_btHd<const float>(q.data(), n, c.n_heads, hd), kc, vc, shape, mask);
+  if (attention_kernel_ == AttentionKernel::Tiled)
+    flash_attention_forward<float>(heads_btHd(o.data(), n, c.n_heads, hd), nullptr,
+                                   heads_btHd<const float>(q.data(), n, c.n_heads, hd), kc, vc, shape, mask);
+  else
+    attention_forward<float>(heads_btHd(o.data(), n, c.n_heads, hd), nullptr,
+                             heads_btHd<const float>(q.data(), n, c.n_heads, hd), kc, vc, shape, mask);
   linear_forward<float>(out, o.data(), w.wo, w.bo, rows, dq, c.d_model);
 }
 

@@ -28,12 +28,21 @@
 
 namespace tformer {
 
+// Which attention kernel the model runs: the tiled exact kernel (kernels/flash_attention.h, the
+// default) or the plain reference that materialises every score (kernels/attention.h), for
+// debugging and cross-checks. A run-time setting, not part of the model (checkpoints don't store it).
+enum class AttentionKernel { Tiled, Reference };
+// "tiled" | "reference"; anything else is an Error naming the value.
+AttentionKernel parse_attention_kernel(const std::string& name);
+
 class Model {
  public:
   // Validates the config and declares and allocates every parameter (zeros).
   explicit Model(ModelConfig config);
 
   const ModelConfig& config() const { return config_; }
+  void set_attention_kernel(AttentionKernel k) { attention_kernel_ = k; }
+  AttentionKernel attention_kernel() const { return attention_kernel_; }
   Arena& params() { return params_; }
   int64_t n_params() const;
 
@@ -75,6 +84,7 @@ class Model {
   ModelConfig config_;
   Arena params_;
   std::vector<float> sinusoidal_;  // [context_length, d_model] when positions = sinusoidal
+  AttentionKernel attention_kernel_ = AttentionKernel::Tiled;
 };
 
 // Vaswani et al.'s sinusoidal table: PE[p][2i] = sin(p / 10000^(2i/d)), PE[p][2i+1] = cos(same),
