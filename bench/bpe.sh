@@ -31,7 +31,7 @@ read -r wall user sys rss < <(measure "$tformer" bpe learn --input "$corpus" --m
 learn_wall=$wall
 printf "tformer bpe learn  10000 merges: %6.3f s wall, %6.3f s cpu, peak %d MB\n" "$wall" "$(echo "$user + $sys" | bc)" $((rss / 1024))
 if [[ -f "$reference" ]]; then
-  if cmp -s "$tmp/mix.codes" "$reference"; then echo "  codes identical to subword-nmt's"; else echo "  CODES DIFFER from subword-nmt's"; fi
+  if cmp -s "$tmp/mix.codes" "$reference"; then echo "  codes identical to subword-nmt's"; else echo "  CODES DIFFER from subword-nmt's" >&2; exit 1; fi
 fi
 
 read -r wall user sys rss < <(measure "$tformer" bpe apply --codes "$tmp/mix.codes" --input "$corpus" --output "$tmp/mix.bpe")

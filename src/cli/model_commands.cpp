@@ -30,7 +30,7 @@ struct InitOptions {
 
 void run_init(const InitOptions& o) {
   ModelConfig config = ModelConfig::from_file(o.config);
-  auto tok = tokenizer_by_name(o.tokenizer, o.gpt2_dir);
+  auto tok = tokenizer_by_name_or_model(o.tokenizer, o.gpt2_dir);
   if (config.vocab_size == 0) config.vocab_size = tok->vocab_size();
   if (config.vocab_size != tok->vocab_size())
     fail("{}: vocab_size is {} but the tokenizer '{}' has {} tokens", o.config, config.vocab_size, o.tokenizer,
@@ -94,7 +94,7 @@ void register_model_commands(CLI::App& app) {
   ic->add_option("--config", init->config, "Model config JSON (keys: docs/checkpoint-format.md)")->required();
   ic->add_option("--out", init->out, "Output model file (.safetensors)")->required();
   ic->add_option("--seed", init->seed, "Initialisation seed")->capture_default_str();
-  ic->add_option("--tokenizer", init->tokenizer, "char | gpt2 | PATH of a saved tokenizer")->capture_default_str();
+  ic->add_option("--tokenizer", init->tokenizer, "char | gpt2 | bpe:CODES | byte-bpe:VOCAB | tokenizer JSON | model .safetensors")->capture_default_str();
   ic->add_option("--gpt2-dir", init->gpt2_dir, "Folder with GPT-2's encoder.json and vocab.bpe");
   ic->callback([init] { run_init(*init); });
 

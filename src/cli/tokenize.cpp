@@ -27,6 +27,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "model/checkpoint.h"
 #include "core/error.h"
 #include "tokenizer/byte_bpe.h"
 #include "tokenizer/byte_bpe_train.h"
@@ -87,7 +88,7 @@ void register_tokenize(CLI::App& app) {
   auto opt = std::make_shared<Options>();
 
   auto* tok = app.add_subcommand("tokenize", "Print the token ids of a text, on one line");
-  tok->add_option("--tokenizer", opt->tokenizer, "gpt2, char, bpe:CODES, byte-bpe:VOCAB, or a saved tokenizer JSON file")->required();
+  tok->add_option("--tokenizer", opt->tokenizer, "gpt2, char, bpe:CODES, byte-bpe:VOCAB, a saved tokenizer JSON file, or a model .safetensors")->required();
   auto* text_opt = tok->add_option("--text", opt->text, "The text to encode");
   auto* input_opt = tok->add_option("--input", opt->input, "A file to encode as raw bytes ('-': standard input)");
   text_opt->excludes(input_opt);
@@ -95,7 +96,7 @@ void register_tokenize(CLI::App& app) {
   tok->add_option("--gpt2-dir", opt->gpt2_dir, "Folder with GPT-2's encoder.json and vocab.bpe");
   tok->callback([opt, text_opt, input_opt] {
     if (text_opt->count() == 0 && input_opt->count() == 0) fail("tokenize: give --text or --input");
-    const auto tokenizer = tokenizer_by_name(opt->tokenizer, opt->gpt2_dir);
+    const auto tokenizer = tokenizer_by_name_or_model(opt->tokenizer, opt->gpt2_dir);
     const std::string text = text_opt->count() ? opt->text : read_input(opt->input);
     const std::vector<TokenId> ids = tokenizer->encode(text, opt->allow_special);
     std::string line;
@@ -109,14 +110,14 @@ void register_tokenize(CLI::App& app) {
   });
 
   auto* detok = app.add_subcommand("detokenize", "Write the text of token ids, as raw bytes");
-  detok->add_option("--tokenizer", opt->tokenizer, "gpt2, char, bpe:CODES, byte-bpe:VOCAB, or a saved tokenizer JSON file")->required();
+  detok->add_option("--tokenizer", opt->tokenizer, "gpt2, char, bpe:CODES, byte-bpe:VOCAB, a saved tokenizer JSON file, or a model .safetensors")->required();
   auto* ids_opt = detok->add_option("--ids", opt->ids, "Token ids separated by spaces");
   auto* ids_input = detok->add_option("--input", opt->input, "A file of token ids ('-': standard input)");
   ids_opt->excludes(ids_input);
   detok->add_option("--gpt2-dir", opt->gpt2_dir, "Folder with GPT-2's encoder.json and vocab.bpe");
   detok->callback([opt, ids_opt, ids_input] {
     if (ids_opt->count() == 0 && ids_input->count() == 0) fail("detokenize: give --ids or --input");
-    const auto tokenizer = tokenizer_by_name(opt->tokenizer, opt->gpt2_dir);
+    const auto tokenizer = tokenizer_by_name_or_model(opt->tokenizer, opt->gpt2_dir);
     const std::vector<TokenId> ids =
         ids_opt->count() ? parse_ids(opt->ids, "--ids") : parse_ids(read_input(opt->input), opt->input);
     write_raw(tokenizer->decode(ids));

@@ -11,6 +11,28 @@ void save_model(const std::string& path, Model& model, const Tokenizer* tokenize
   write_arena(path, model.params(), metadata);
 }
 
+namespace {
+std::unique_ptr<Tokenizer> tokenizer_from_metadata(const std::string& path, const std::string& text) {
+  try {
+    return tokenizer_from_json(nlohmann::json::parse(text));
+  } catch (const nlohmann::json::parse_error& e) {
+    fail("{}: __metadata__ \"tokenizer\" is not valid JSON: {}", path, e.what());
+  }
+}
+}  // namespace
+
+std::unique_ptr<Tokenizer> load_model_tokenizer(const std::string& path) {
+  const SafetensorsFile file = SafetensorsFile::open(path);
+  auto it = file.metadata().find("tokenizer");
+  if (it == file.metadata().end()) fail("{}: the model file carries no tokenizer (no \"tokenizer\" in __metadata__)", path);
+  return tokenizer_from_metadata(path, it->second);
+}
+
+std::unique_ptr<Tokenizer> tokenizer_by_name_or_model(const std::string& name, const std::string& gpt2_dir) {
+  if (name.ends_with(".safetensors")) return load_model_tokenizer(name);
+  return tokenizer_by_name(name, gpt2_dir);
+}
+
 LoadedModel load_model(const std::string& path) {
   const SafetensorsFile file = SafetensorsFile::open(path);
   const auto& meta = file.metadata();
@@ -26,11 +48,7 @@ LoadedModel load_model(const std::string& path) {
   out.model = std::make_unique<Model>(ModelConfig::from_json(config_json, path + ": __metadata__ config"));
   read_arena(file, out.model->params());
   if (auto t = meta.find("tokenizer"); t != meta.end()) {
-    try {
-      out.tokenizer = tokenizer_from_json(nlohmann::json::parse(t->second));
-    } catch (const nlohmann::json::parse_error& e) {
-      fail("{}: __metadata__ \"tokenizer\" is not valid JSON: {}", path, e.what());
-    }
+    out.tokenizer = tokenizer_from_metadata(path, t->second);
     if (out.tokenizer->vocab_size() != out.model->config().vocab_size)
       fail("{}: the tokenizer has {} tokens but the model's vocab_size is {}", path, out.tokenizer->vocab_size(),
            out.model->config().vocab_size);

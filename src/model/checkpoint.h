@@ -16,6 +16,14 @@ struct LoadedModel {
   std::unique_ptr<Tokenizer> tokenizer;  // null when the file carries none
 };
 
+// The tokenizer a model file carries (its header only is read): an Error naming the file when it
+// carries none.
+std::unique_ptr<Tokenizer> load_model_tokenizer(const std::string& path);
+// `--tokenizer` as every command reads it: a path ending in ".safetensors" is a model file whose
+// tokenizer is used; anything else goes to tokenizer_by_name (gpt2, char, bpe:CODES,
+// byte-bpe:VOCAB, or a saved tokenizer JSON file).
+std::unique_ptr<Tokenizer> tokenizer_by_name_or_model(const std::string& name, const std::string& gpt2_dir = "");
+
 // Writes atomically (temporary file, then rename). tokenizer may be null.
 void save_model(const std::string& path, Model& model, const Tokenizer* tokenizer);
 // Validates the whole file first: metadata present and parseable, every tensor the config implies

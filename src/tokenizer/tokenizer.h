@@ -84,8 +84,8 @@ std::string gpt2_vocab_dir(const std::string& override_dir = "");
 // 256-byte char tokenizer), "bpe:CODES" (Sennrich BPE from a codes file, as `tformer bpe learn`
 // or subword-nmt writes it; sennrich_tokenizer.h), "byte-bpe:VOCAB" (a byte-level BPE vocabulary:
 // a tokenizer JSON file of kind "byte-bpe", as `tformer tokenizer train` writes it, or a folder
-// holding encoder.json and vocab.bpe), or else the path of a saved tokenizer file (to_json form,
-// or a checkpoint header carrying one under "tokenizer").
+// holding encoder.json and vocab.bpe), or else the path of a saved tokenizer file (to_json form).
+// A model file (.safetensors) is read by tokenizer_by_name_or_model (model/checkpoint.h).
 std::unique_ptr<Tokenizer> tokenizer_by_name(const std::string& name, const std::string& gpt2_dir = "");
 
 // Length of the complete, valid UTF-8 character at the start of s (1-4), 0 when s starts with a

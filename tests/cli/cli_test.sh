@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# End-to-end checks of the tformer command line: exact output formats, raw bytes, exit codes and
+# error messages, the checkpoint as a tokenizer, chunked logits. Run by ctest (label "cli") as
+#   tests/cli/cli_test.sh PATH/TO/tformer
+# Prints "N passed, M failed" and exits non-zero when anything failed.
+set -uo pipefail
+tf="$1"
+here="$(cd "$(dirname "$0")/.." && pwd)"   # tests/
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+passed=0
+failed=0
+check() {  # check NAME COMMAND...: the command must succeed
+  local name="$1"; shift
+  if "$@"; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAILED: $name"; fi
+}
+
+# tokenize prints ids on one line, single spaces, newline at the end; input is raw bytes.
+check "tokenize char --text" test "$("$tf" tokenize --tokenizer char --text 'hi')" = "104 105"
+printf 'a\0b\xff\n' > "$tmp/raw.bin"
+check "tokenize char raw bytes" test "$("$tf" tokenize --tokenizer char --input "$tmp/raw.bin")" = "97 0 98 255 10"
+"$tf" tokenize --tokenizer char --input "$tmp/raw.bin" > "$tmp/ids.txt"
+check "tokenize output is one line" test "$(wc -l < "$tmp/ids.txt")" -eq 1
+"$tf" detokenize --tokenizer char --input "$tmp/ids.txt" > "$tmp/back.bin"
+check "detokenize restores the raw bytes" cmp -s "$tmp/raw.bin" "$tmp/back.bin"
+
+# Errors: a message naming the problem on stderr, exit status 1, nothing on stdout.
+out=$("$tf" detokenize --tokenizer char --ids "65 999" 2> "$tmp/err.txt"); rc=$?
+check "detokenize bad id exits 1" test "$rc" -eq 1
+check "detokenize bad id names it" grep -q 999 "$tmp/err.txt"
+check "detokenize bad id prints nothing" test -z "$out"
+"$tf" tokenize --tokenizer "$tmp/missing.json" --text x 2> "$tmp/err.txt"; rc=$?
+check "missing tokenizer file exits 1" test "$rc" -eq 1
+check "missing tokenizer file is named" grep -q missing.json "$tmp/err.txt"
+
+# Sennrich BPE apply against the hand-derived expected outputs, from a file and from stdin.
+"$tf" bpe apply --codes "$here/fixtures/bpe/toy.codes" --input "$here/fixtures/bpe/toy.input.txt" --output "$tmp/apply-file.txt"
+check "bpe apply --input" cmp -s "$tmp/apply-file.txt" "$here/fixtures/bpe/toy.expected-file.txt"
+"$tf" bpe apply --codes "$here/fixtures/bpe/toy.codes" < "$here/fixtures/bpe/toy.input.txt" > "$tmp/apply-stdin.txt"
+check "bpe apply stdin" cmp -s "$tmp/apply-stdin.txt" "$here/fixtures/bpe/toy.expected-stdin.txt"
+# bpe learn: header, the --trace line format, and empty input.
+printf 'low low low lower newest newest widest\n' > "$tmp/corpus.txt"
+"$tf" bpe learn --input "$tmp/corpus.txt" --merges 3 --trace --output "$tmp/codes" 2> "$tmp/trace.txt"
+check "bpe learn header" test "$(head -n 1 "$tmp/codes")" = "#version: 0.2"
+check "bpe learn first merge" test "$(sed -n 2p "$tmp/codes")" = "l o"
+check "bpe learn --trace" grep -q '^step 1: l + o -> lo (count 4, vocab' "$tmp/trace.txt"
+: > "$tmp/empty.txt"
+"$tf" bpe learn --input "$tmp/empty.txt" --merges 10 --output "$tmp/empty.codes" 2> "$tmp/err.txt"; rc=$?
+check "bpe learn empty input succeeds" test "$rc" -eq 0
+check "bpe learn empty input writes the header only" test "$(cat "$tmp/empty.codes")" = "#version: 0.2"
+check "bpe learn empty input says so" test -s "$tmp/err.txt"
+
+# A model file: its tokenizer serves --tokenizer; logits uncached and chunked agree; context errors.
+printf '{"context_length": 16, "d_model": 16, "n_layers": 2, "n_heads": 2, "positions": "rope"}\n' > "$tmp/cfg.json"
+"$tf" init --config "$tmp/cfg.json" --tokenizer char --seed 3 --out "$tmp/m.safetensors" > /dev/null
+check "model file as --tokenizer" test "$("$tf" tokenize --tokenizer "$tmp/m.safetensors" --text 'hi')" = "104 105"
+"$tf" logits --model "$tmp/m.safetensors" --tokens "5 6 7 8 9" --out "$tmp/l0.f32"
+"$tf" logits --model "$tmp/m.safetensors" --tokens "5 6 7 8 9" --chunk 2 --out "$tmp/l2.f32"
+"$tf" logits --model "$tmp/m.safetensors" --tokens "5 6 7 8 9" --attention reference --out "$tmp/lr.f32"
+check "logits size is T x vocab x 4" test "$(stat -c %s "$tmp/l0.f32")" -eq $((5 * 256 * 4))
+close() {  # two float32 files agree within 1e-5 relative + 1e-6 absolute
+  paste <(od -An -v -f -w4 "$1") <(od -An -v -f -w4 "$2") |
+    awk '{ d = $1 - $2; if (d < 0) d = -d; a = $2 < 0 ? -$2 : $2; if (d > 1e-6 + 1e-5 * a) bad++ } END { exit bad > 0 }'
+}
+check "logits chunked = uncached" close "$tmp/l2.f32" "$tmp/l0.f32"
+check "logits reference kernel = tiled" close "$tmp/lr.f32" "$tmp/l0.f32"
+out=$("$tf" generate --model "$tmp/m.safetensors" --prompt "abcdef" --max-new-tokens 20 2> "$tmp/err.txt"); rc=$?
+check "generate beyond the context exits 1" test "$rc" -eq 1
+check "generate beyond the context names both numbers" grep -q "6 tokens and 20 new tokens" "$tmp/err.txt"
+check "generate beyond the context prints nothing" test -z "$out"
+out=$("$tf" generate --model "$tmp/m.safetensors" --prompt "ab" --max-new-tokens 5 --temperature 0)
+out2=$("$tf" generate --model "$tmp/m.safetensors" --prompt "ab" --max-new-tokens 5 --temperature 0 --prefill-chunk 1)
+check "generate echoes the prompt" test "${out:0:2}" = "ab"
+check "generate greedy does not depend on the prefill chunk" test "$out" = "$out2"
+
+echo "$passed passed, $failed failed"
+test "$failed" -eq 0
