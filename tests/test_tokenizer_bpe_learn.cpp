@@ -5,11 +5,15 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <unistd.h>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "core/error.h"
+#include "core/rng.h"
+#include "core/threads.h"
 #include "tokenizer/sennrich_bpe.h"
 
 namespace tformer {
@@ -259,6 +263,62 @@ TEST(BpeLearn, SameAsSubwordNmtTinyShakespeare10000) {
 }
 TEST(BpeLearn, SameAsSubwordNmtMix10000) {
   expect_same_as_subword_nmt("mix.txt", "mix.subword-nmt.s10000.codes", 10000);
+}
+
+}  // namespace
+}  // namespace tformer
+
+namespace tformer {
+namespace {
+
+std::vector<std::pair<std::string, uint64_t>> as_pairs(const std::vector<BpeWordCount>& v) {
+  std::vector<std::pair<std::string, uint64_t>> out;
+  for (const auto& w : v) out.emplace_back(w.word, w.count);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+TEST(BpeCount, FileBlocksOfAnySizeGiveTheSameCountsAsTheWholeText) {
+  // Words, runs of spaces, \r\n, a form feed (a Python line break kept in the word), multi-byte
+  // characters: every one of them crosses a block boundary for some block size below.
+  std::string text;
+  for (int i = 0; i < 300; ++i) {
+    text += "the quick  brown fox\r\n";
+    text += "jümps över " + std::to_string(i % 17) + " lazy\tdogs\f again\n";
+    if (i % 7 == 0) text += "\n   \n";
+    text += "日本語 words " + std::string(static_cast<size_t>(i % 5), 'x') + "\n";
+  }
+  const auto whole = as_pairs(bpe_count_words(text, "text"));
+  ASSERT_GT(whole.size(), 20u);
+  const auto path = (std::filesystem::temp_directory_path() / ("tformer_blocks_" + std::to_string(::getpid()))).string();
+  {
+    std::ofstream out(path, std::ios::binary);
+    out << text;
+  }
+  for (size_t block : {size_t{1}, size_t{2}, size_t{3}, size_t{7}, size_t{64}, size_t{1000}, size_t{8} << 20})
+    EXPECT_EQ(as_pairs(bpe_count_words_in_files({path}, block)), whole) << "block size " << block;
+  std::filesystem::remove(path);
+}
+
+TEST(BpeCount, OneAndTwoThreadsCountTheSame) {
+  std::string text;
+  Rng r(9);
+  const char* words[] = {"a", "bb", "ccc", "über", "x y", "z\tz", "日"};
+  for (int i = 0; i < 200000; ++i) {
+    text += words[r.below(7)];
+    text += r.below(10) == 0 ? "\n" : " ";
+  }
+  set_num_threads(1);
+  const auto one = as_pairs(bpe_count_words(text, "text"));
+  set_num_threads(2);
+  const auto two = as_pairs(bpe_count_words(text, "text"));
+  EXPECT_EQ(one, two);
+  BpeLearnOptions o;
+  o.merges = 20;
+  set_num_threads(1);
+  const auto l1 = learn_bpe_from_word_counts(bpe_count_words(text, "text"), o).merges;
+  set_num_threads(2);
+  EXPECT_EQ(learn_bpe_from_word_counts(bpe_count_words(text, "text"), o).merges, l1);
 }
 
 }  // namespace

@@ -550,8 +550,9 @@ std::vector<BpeWordCount> bpe_count_words(std::string_view text, const std::stri
   return sorted_words(counter);
 }
 
-std::vector<BpeWordCount> bpe_count_words_in_files(const std::vector<std::string>& paths) {
-  constexpr size_t kBlock = size_t{8} << 20;
+std::vector<BpeWordCount> bpe_count_words_in_files(const std::vector<std::string>& paths, size_t block_size) {
+  TF_CHECK(block_size > 0, "bpe_count_words_in_files: block size 0");
+  const size_t kBlock = block_size;
   WordCounter counter;
   std::string buffer;
   for (const std::string& path : paths) {

@@ -119,8 +119,10 @@ struct BpeLearnResult {
 // Words come back sorted by string (a deterministic order, independent of the thread count).
 std::vector<BpeWordCount> bpe_count_words(std::string_view text, const std::string& name);
 // The same over files (counts summed; each file's lines are its own). Reads each file in blocks, so
-// memory grows with the number of distinct words, not with the file size.
-std::vector<BpeWordCount> bpe_count_words_in_files(const std::vector<std::string>& paths);
+// memory grows with the number of distinct words, not with the file size. block_size: bytes read
+// at a time (tests use tiny blocks so that words and lines cross block boundaries).
+std::vector<BpeWordCount> bpe_count_words_in_files(const std::vector<std::string>& paths,
+                                                   size_t block_size = size_t{8} << 20);
 
 // Steps 2-4 on given word counts (counts may exceed 2^32; words must be non-empty and contain no
 // ' ', '\n' or '\r' - they are not re-split). Throws Error on a bad option.
