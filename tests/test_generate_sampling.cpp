@@ -52,6 +52,16 @@ TEST(Sampler, HandComputedDistributions) {
   EXPECT_EQ(greedy.sample(tie.data(), 4), 1);
 }
 
+TEST(Sampler, TinyTopPOnAFlatDistributionKeepsOneToken) {
+  // Ten equal logits, top_p 0.05 < 1/10: the first token alone (0.1) reaches the mass; among equal
+  // probabilities the lowest id comes first. (The cut-off (1-p)/(V-1) = 0.1056 is above every
+  // probability here, so the sampler must fall back to all candidates.)
+  const std::vector<float> flat(10, 0.0f);
+  std::vector<double> expect(10, 0.0);
+  expect[0] = 1.0;
+  EXPECT_TRUE(all_close(dist({1.0, 0, 0.05, 0}, flat), expect, 1e-12, 1e-12));
+}
+
 TEST(Sampler, DrawFrequenciesMatchTheDistribution) {
   const auto l = four_logits();
   Sampler s({1.0, 0, 0.85, 99});

@@ -45,7 +45,8 @@ void Sampler::candidates(const float* logits, int64_t vocab) {
     const double cutoff = (1.0 - config_.top_p) / static_cast<double>(vocab - 1);
     for (int64_t i = 0; i < vocab; ++i)
       if (probs_[i] >= cutoff) candidates_.emplace_back(probs_[i], static_cast<TokenId>(i));
-  } else {
+  }
+  if (candidates_.empty()) {  // no filter, or a top_p below 1/vocab on a flat distribution
     candidates_.reserve(vocab);
     for (int64_t i = 0; i < vocab; ++i) candidates_.emplace_back(probs_[i], static_cast<TokenId>(i));
   }
@@ -53,22 +54,35 @@ void Sampler::candidates(const float* logits, int64_t vocab) {
     std::nth_element(candidates_.begin(), candidates_.begin() + config_.top_k, candidates_.end(), more_probable);
     candidates_.resize(config_.top_k);
   }
-  std::sort(candidates_.begin(), candidates_.end(), more_probable);
   // The mass top-p is measured against: what top-k kept, or the whole distribution (1) when only
   // the cut-off filtered the candidates (the tokens it dropped still count in the total).
   double kept = 0;
   for (const auto& c : candidates_) kept += c.first;
   if (use_p) {
-    const double total = use_k ? kept : 1.0;
-    // Smallest prefix whose mass reaches top_p of the total; at least one token.
-    double cum = 0;
-    size_t n = 0;
-    while (n < candidates_.size()) {
-      cum += candidates_[n++].first;
-      if (cum >= config_.top_p * total) break;
+    // Smallest m such that the m most probable candidates reach top_p of the total, found by a
+    // selection descent instead of a sort: [0, lo) holds the most probable lo candidates (all
+    // taken, mass below the target), the answer lies in (lo, hi], and each step partitions
+    // [lo, hi) at its midpoint with nth_element. Expected O(n). The order "more probable, then
+    // lower id" is strict, so the kept set and its order are deterministic.
+    double need = config_.top_p * (use_k ? kept : 1.0);
+    size_t lo = 0, hi = candidates_.size();
+    while (hi - lo > 1) {
+      const size_t mid = lo + (hi - lo) / 2;
+      std::nth_element(candidates_.begin() + lo, candidates_.begin() + mid, candidates_.begin() + hi, more_probable);
+      double mass = 0;
+      for (size_t i = lo; i < mid; ++i) mass += candidates_[i].first;
+      if (mass >= need) {
+        hi = mid;
+      } else {
+        need -= mass;
+        lo = mid;
+      }
     }
-    candidates_.resize(n);
-    kept = cum;
+    candidates_.resize(hi);
+    kept = 0;
+    for (const auto& c : candidates_) kept += c.first;
+  } else {
+    std::sort(candidates_.begin(), candidates_.end(), more_probable);
   }
   for (auto& c : candidates_) c.first /= kept;
 }

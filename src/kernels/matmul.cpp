@@ -38,6 +38,22 @@ void gemm<double>(double* C, int64_t ldc, const double* A, int64_t lda, bool tra
               static_cast<int>(ldb), beta, C, static_cast<int>(ldc));
 }
 
+template <>
+void gemv<float>(float* y, const float* W, const float* x, int64_t out, int64_t in, float beta) {
+  TF_CHECK(out >= 0 && in >= 0 && out <= 0x7fffffff && in <= 0x7fffffff, "gemv: sizes {} x {}", out, in);
+  if (out == 0) return;
+  cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<int>(out), static_cast<int>(in), 1.0f, W,
+              static_cast<int>(std::max<int64_t>(in, 1)), x, 1, beta, y, 1);
+}
+
+template <>
+void gemv<double>(double* y, const double* W, const double* x, int64_t out, int64_t in, double beta) {
+  TF_CHECK(out >= 0 && in >= 0 && out <= 0x7fffffff && in <= 0x7fffffff, "gemv: sizes {} x {}", out, in);
+  if (out == 0) return;
+  cblas_dgemv(CblasRowMajor, CblasNoTrans, static_cast<int>(out), static_cast<int>(in), 1.0, W,
+              static_cast<int>(std::max<int64_t>(in, 1)), x, 1, beta, y, 1);
+}
+
 template <typename T>
 void gemm_naive(T* C, int64_t ldc, const T* A, int64_t lda, bool trans_a, const T* B, int64_t ldb, bool trans_b,
                 int64_t M, int64_t N, int64_t K, T alpha, T beta) {
@@ -78,7 +94,11 @@ void linear_forward(T* y, const T* x, const T* W, const T* b, int64_t n, int64_t
     for (int64_t r = 0; r < n; ++r)
       for (int64_t o = 0; o < out; ++o) y[r * out + o] = b[o];
   }
-  // y[n, out] (+)= x[n, in] W[out, in]^T
+  // y[n, out] (+)= x[n, in] W[out, in]^T; one row (decode) is a matrix-vector product.
+  if (n == 1) {
+    gemv<T>(y, W, x, out, in, b ? T(1) : T(0));
+    return;
+  }
   gemm<T>(y, out, x, in, false, W, in, true, n, out, in, T(1), b ? T(1) : T(0));
 }
 

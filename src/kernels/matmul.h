@@ -18,6 +18,10 @@ template <typename T>
 void gemm(T* C, int64_t ldc, const T* A, int64_t lda, bool trans_a, const T* B, int64_t ldb, bool trans_b,
           int64_t M, int64_t N, int64_t K, T alpha = T(1), T beta = T(0));
 
+// y[out] = W[out, in] x[in] + beta * y: the one-row case of the linear layer (decode).
+template <typename T>
+void gemv(T* y, const T* W, const T* x, int64_t out, int64_t in, T beta = T(0));
+
 // Oracle: the same contract, a plain triple loop accumulating in double.
 template <typename T>
 void gemm_naive(T* C, int64_t ldc, const T* A, int64_t lda, bool trans_a, const T* B, int64_t ldb, bool trans_b,
