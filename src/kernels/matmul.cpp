@@ -99,6 +99,37 @@ void linear_forward(T* y, const T* x, const T* W, const T* b, int64_t n, int64_t
     gemv<T>(y, W, x, out, in, b ? T(1) : T(0));
     return;
   }
+  if (n <= 8) {
+    // A few rows (batched decode): stream the weights once, four rows at a time, and dot them
+    // with every input row, which stay in L1 (8 x in values). BLAS would pack the whole weight
+    // matrix first, moving it through memory twice more than the product needs. Each y element
+    // is written by one thread, in a fixed order.
+    const int64_t blocks = (out + 3) / 4;
+#pragma omp parallel for schedule(static) if (out * in > 65536)
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+      const int64_t o0 = blk * 4;
+      const int64_t m = std::min<int64_t>(4, out - o0);
+      const T* w0 = W + o0 * in;
+      const T* w1 = W + (o0 + std::min<int64_t>(1, m - 1)) * in;  // rows past the end repeat the
+      const T* w2 = W + (o0 + std::min<int64_t>(2, m - 1)) * in;  // last one; their sums are
+      const T* w3 = W + (o0 + std::min<int64_t>(3, m - 1)) * in;  // not stored
+      for (int64_t r = 0; r < n; ++r) {
+        const T* xr = x + r * in;
+        T a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+#pragma omp simd reduction(+ : a0, a1, a2, a3)
+        for (int64_t k = 0; k < in; ++k) {
+          const T xv = xr[k];
+          a0 += w0[k] * xv;
+          a1 += w1[k] * xv;
+          a2 += w2[k] * xv;
+          a3 += w3[k] * xv;
+        }
+        const T acc[4] = {a0, a1, a2, a3};
+        for (int64_t j = 0; j < m; ++j) y[r * out + o0 + j] = (b ? y[r * out + o0 + j] : T(0)) + acc[j];
+      }
+    }
+    return;
+  }
   gemm<T>(y, out, x, in, false, W, in, true, n, out, in, T(1), b ? T(1) : T(0));
 }
 
