@@ -8,6 +8,8 @@ void register_all(CLI::App& app) {
   register_tokenize(app);
   register_model_commands(app);
   register_generate(app);
+  register_plot(app);
+  register_train(app);
 }
 
 }  // namespace tformer::cli

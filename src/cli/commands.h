@@ -13,5 +13,7 @@ void register_bpe(CLI::App& app);       // bpe.cpp: bpe learn, bpe apply (Sennri
 void register_tokenize(CLI::App& app);  // tokenize.cpp: tokenize, detokenize, tokenizer train
 void register_model_commands(CLI::App& app);  // model_commands.cpp: init, eval
 void register_generate(CLI::App& app);        // generate.cpp: generate, logits
+void register_plot(CLI::App& app);            // plot.cpp: plot (loss curves as a PNG)
+void register_train(CLI::App& app);           // train.cpp: train
 
 }  // namespace tformer::cli

@@ -15,20 +15,19 @@ namespace {
 std::string layer_name(int64_t i, const char* rest) { return fmt::format("layers.{}.{}", i, rest); }
 }  // namespace
 
-Model::Model(ModelConfig config) : config_(std::move(config)) {
-  config_.validate();
-  const auto& c = config_;
+template <typename T>
+void declare_model_params(BasicArena<T>& params, const ModelConfig& c) {
   const int64_t d = c.d_model, hd = c.head_dim();
   const bool layernorm = c.norm == NormKind::LayerNorm;
-  params_.add("tok_embeddings.weight", {c.vocab_size, d});
-  if (c.positions == Positions::Learned) params_.add("pos_embeddings.weight", {c.context_length, d});
+  params.add("tok_embeddings.weight", {c.vocab_size, d});
+  if (c.positions == Positions::Learned) params.add("pos_embeddings.weight", {c.context_length, d});
   auto linear = [&](int64_t i, const char* name, int64_t out, int64_t in, bool with_bias) {
-    params_.add(layer_name(i, name) + ".weight", {out, in});
-    if (with_bias) params_.add(layer_name(i, name) + ".bias", {out});
+    params.add(layer_name(i, name) + ".weight", {out, in});
+    if (with_bias) params.add(layer_name(i, name) + ".bias", {out});
   };
   auto norm = [&](const std::string& name) {
-    params_.add(name + ".weight", {d});
-    if (layernorm) params_.add(name + ".bias", {d});
+    params.add(name + ".weight", {d});
+    if (layernorm) params.add(name + ".bias", {d});
   };
   for (int64_t i = 0; i < c.n_layers; ++i) {
     norm(layer_name(i, "attn_norm"));
@@ -42,11 +41,18 @@ Model::Model(ModelConfig config) : config_(std::move(config)) {
     if (c.activation == Activation::SwiGLU) linear(i, "ffn.w3", c.d_ff, d, false);
   }
   if (c.norm_placement == NormPlacement::Pre) norm("norm");
-  if (!c.tied_embeddings) params_.add("output.weight", {c.vocab_size, d});
+  if (!c.tied_embeddings) params.add("output.weight", {c.vocab_size, d});
+}
+template void declare_model_params<float>(BasicArena<float>&, const ModelConfig&);
+template void declare_model_params<double>(BasicArena<double>&, const ModelConfig&);
+
+Model::Model(ModelConfig config) : config_(std::move(config)) {
+  config_.validate();
+  declare_model_params(params_, config_);
   params_.allocate();
-  if (c.positions == Positions::Sinusoidal) {
-    sinusoidal_.resize(c.context_length * d);
-    sinusoidal_positions(sinusoidal_.data(), c.context_length, d);
+  if (config_.positions == Positions::Sinusoidal) {
+    sinusoidal_.resize(config_.context_length * config_.d_model);
+    sinusoidal_positions(sinusoidal_.data(), config_.context_length, config_.d_model);
   }
 }
 

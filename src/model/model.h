@@ -87,6 +87,12 @@ class Model {
   AttentionKernel attention_kernel_ = AttentionKernel::Tiled;
 };
 
+// Declares (does not allocate) every parameter of a model with this (validated) config under its
+// checkpoint name, in the order above: the one definition of the parameter layout, shared by Model
+// (float) and the training graph's double-precision checks.
+template <typename T>
+void declare_model_params(BasicArena<T>& params, const ModelConfig& config);
+
 // Vaswani et al.'s sinusoidal table: PE[p][2i] = sin(p / 10000^(2i/d)), PE[p][2i+1] = cos(same),
 // computed in double. out: [n_positions, d_model], d_model even.
 void sinusoidal_positions(float* out, int64_t n_positions, int64_t d_model);

@@ -1,0 +1,155 @@
+// AdamW, gradient clipping and the learning-rate schedule (optimizer.h has the contracts). Work is
+// split into fixed pieces of at most kPiece elements, chosen without looking at the thread count;
+// each piece is computed by one thread in one order, so results are identical for any number of
+// threads.
+#include "train/optimizer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+#include <vector>
+
+#include "core/error.h"
+
+namespace tformer {
+
+namespace {
+
+constexpr int64_t kPiece = int64_t(1) << 14;            // elements per piece of work
+constexpr int64_t kParallelElements = int64_t(1) << 15;  // below this, one thread
+
+// Arena has no const data(); reading through the non-const accessor of an object we never write
+// is well defined.
+const float* const_data(const Arena& a) { return const_cast<Arena&>(a).data(); }
+
+}  // namespace
+
+bool adamw_decays(const std::string& tensor_name, const Shape& shape) {
+  return shape.rank() >= 2 && tensor_name != "pos_embeddings.weight";
+}
+
+// ---------------------------------------------------------------------------------------------
+// AdamW
+
+AdamW::AdamW(const Arena& params, AdamWConfig cfg) : cfg_(cfg) {
+  TF_CHECK(cfg_.beta1 >= 0 && cfg_.beta1 < 1, "adamw: beta1 must be in [0, 1), got {}", cfg_.beta1);
+  TF_CHECK(cfg_.beta2 >= 0 && cfg_.beta2 < 1, "adamw: beta2 must be in [0, 1), got {}", cfg_.beta2);
+  TF_CHECK(cfg_.eps > 0 && std::isfinite(cfg_.eps), "adamw: eps must be > 0, got {}", cfg_.eps);
+  TF_CHECK(cfg_.weight_decay >= 0 && std::isfinite(cfg_.weight_decay), "adamw: weight_decay must be >= 0, got {}",
+           cfg_.weight_decay);
+  m_.mirror(params);
+  v_.mirror(params);
+  for (const Arena::Entry& e : params.entries()) {
+    const bool decays = adamw_decays(e.name, e.shape);
+    const int64_t end = e.offset + e.shape.numel();
+    for (int64_t b = e.offset; b < end; b += kPiece) pieces_.push_back({b, std::min(b + kPiece, end), decays});
+  }
+}
+
+void AdamW::check_layout(const Arena& a, const char* what) const {
+  const auto& ours = m_.entries();
+  const auto& theirs = a.entries();
+  TF_CHECK(a.size() == m_.size() && theirs.size() == ours.size(),
+           "adamw: the {} arena ({} tensors, {} elements) is not the layout the optimizer was built for "
+           "({} tensors, {} elements)",
+           what, theirs.size(), a.size(), ours.size(), m_.size());
+  for (size_t i = 0; i < ours.size(); ++i) {
+    TF_CHECK(theirs[i].name == ours[i].name && theirs[i].shape == ours[i].shape && theirs[i].offset == ours[i].offset,
+             "adamw: {} tensor {} is '{}' {}, the optimizer expects '{}' {}", what, i, theirs[i].name,
+             theirs[i].shape.str(), ours[i].name, ours[i].shape.str());
+  }
+  TF_CHECK(a.size() == 0 || const_data(a) != nullptr, "adamw: the {} arena is not allocated", what);
+}
+
+void AdamW::set_steps(int64_t n) {
+  TF_CHECK(n >= 0, "adamw: step count must be >= 0, got {}", n);
+  steps_ = n;
+}
+
+void AdamW::step(Arena& params, const Arena& grads, double lr) {
+  TF_CHECK(lr >= 0 && std::isfinite(lr), "adamw: learning rate must be finite and >= 0, got {}", lr);
+  check_layout(params, "parameter");
+  check_layout(grads, "gradient");
+  ++steps_;
+
+  // Per-step scalars in double (torch computes them as Python floats), rounded once to float.
+  const double t = static_cast<double>(steps_);
+  const double bias_correction1 = 1.0 - std::pow(cfg_.beta1, t);
+  const double bias_correction2 = 1.0 - std::pow(cfg_.beta2, t);
+  const float decay = static_cast<float>(1.0 - lr * cfg_.weight_decay);
+  const float beta1 = static_cast<float>(cfg_.beta1), one_minus_beta1 = static_cast<float>(1.0 - cfg_.beta1);
+  const float beta2 = static_cast<float>(cfg_.beta2), one_minus_beta2 = static_cast<float>(1.0 - cfg_.beta2);
+  const float sqrt_bc2 = static_cast<float>(std::sqrt(bias_correction2));
+  const float step_size = static_cast<float>(lr / bias_correction1);
+  const float eps = static_cast<float>(cfg_.eps);
+
+  float* p = params.data();  // [size]
+  const float* g = const_data(grads);
+  float* m = m_.data();
+  float* v = v_.data();
+  const int64_t n_pieces = static_cast<int64_t>(pieces_.size());
+#pragma omp parallel for schedule(static) if (params.size() > kParallelElements)
+  for (int64_t k = 0; k < n_pieces; ++k) {
+    const Piece piece = pieces_[static_cast<size_t>(k)];
+    const float d = piece.decays ? decay : 1.0f;
+    for (int64_t i = piece.begin; i < piece.end; ++i) {
+      const float gi = g[i];
+      const float mi = beta1 * m[i] + one_minus_beta1 * gi;
+      const float vi = beta2 * v[i] + one_minus_beta2 * gi * gi;
+      m[i] = mi;
+      v[i] = vi;
+      const float denom = std::sqrt(vi) / sqrt_bc2 + eps;
+      p[i] = p[i] * d - step_size * mi / denom;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Gradient norm and clipping
+
+double global_grad_norm(const Arena& grads) {
+  const int64_t n = grads.size();
+  if (n == 0) return 0.0;
+  const float* g = const_data(grads);  // [n]
+  TF_CHECK(g != nullptr, "global_grad_norm: the gradient arena is not allocated");
+  const int64_t n_pieces = (n + kPiece - 1) / kPiece;
+  std::vector<double> sums(static_cast<size_t>(n_pieces));  // [n_pieces], piece k's sum of squares
+#pragma omp parallel for schedule(static) if (n > kParallelElements)
+  for (int64_t k = 0; k < n_pieces; ++k) {
+    const int64_t end = std::min(n, (k + 1) * kPiece);
+    double s = 0;
+    for (int64_t i = k * kPiece; i < end; ++i) s += static_cast<double>(g[i]) * static_cast<double>(g[i]);
+    sums[static_cast<size_t>(k)] = s;
+  }
+  double total = 0;
+  for (double s : sums) total += s;  // in piece order
+  return std::sqrt(total);
+}
+
+double clip_grad_norm(Arena& grads, double max_norm) {
+  const double norm = global_grad_norm(grads);
+  if (max_norm > 0 && norm > max_norm) {  // false for a NaN norm
+    const float scale = static_cast<float>(max_norm / (norm + 1e-6));
+    float* g = grads.data();
+    const int64_t n = grads.size();
+#pragma omp parallel for schedule(static) if (n > kParallelElements)
+    for (int64_t i = 0; i < n; ++i) g[i] *= scale;
+  }
+  return norm;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Learning-rate schedule
+
+double learning_rate(const LrSchedule& s, int64_t step) {
+  TF_CHECK(step >= 0, "learning_rate: step must be >= 0, got {}", step);
+  TF_CHECK(s.warmup >= 0, "learning_rate: warmup must be >= 0, got {}", s.warmup);
+  if (step < s.warmup) return s.lr * static_cast<double>(step + 1) / static_cast<double>(s.warmup + 1);
+  if (step > s.decay_steps) return s.min_lr;
+  if (s.decay_steps <= s.warmup) return s.lr;  // step == warmup == decay_steps: no room for a cosine
+  const double ratio = static_cast<double>(step - s.warmup) / static_cast<double>(s.decay_steps - s.warmup);
+  const double coeff = 0.5 * (1.0 + std::cos(std::numbers::pi * ratio));
+  return s.min_lr + coeff * (s.lr - s.min_lr);
+}
+
+}  // namespace tformer

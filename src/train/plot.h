@@ -1,0 +1,38 @@
+// Loss curves as a PNG, drawn here pixel by pixel (no plotting library): the train loss and the
+// validation loss against the step, autoscaled axes with tick labels in a built-in 5x7 bitmap font,
+// light grid lines at the ticks, a legend, and markers on the validation points (they are sparse).
+//
+// Input: metrics.jsonl as the trainer writes it (data.h, append_metrics), one JSON object per line;
+// the plot reads "step", "train_loss" and "val_loss". A record without a numeric "step" is skipped,
+// as is a loss that is absent, null or not finite; points are sorted by step.
+//
+//   tformer plot --run runs/shakespeare            # runs/shakespeare/metrics.jsonl -> .../loss.png
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace tformer {
+
+inline constexpr std::array<uint8_t, 3> kTrainCurveColor = {31, 119, 180};  // blue
+inline constexpr std::array<uint8_t, 3> kValCurveColor = {255, 127, 14};    // orange
+
+struct LossCurves {
+  std::vector<std::pair<double, double>> train, val;  // (step, loss), sorted by step
+};
+
+// Reads a metrics.jsonl file; errors name the file and line ("m.jsonl:3: not valid JSON: ...").
+LossCurves read_loss_curves(const std::string& metrics_path);
+
+// The plot as width x height RGB pixels (row-major, top row first). Throws Error when both curves
+// are empty or the size is outside [160, 8192] x [120, 8192].
+std::vector<uint8_t> render_loss_curves(const LossCurves& curves, int width, int height);
+
+// read_loss_curves + render_loss_curves + write_png_rgb (atomic). Errors name the files.
+void plot_loss_curves(const std::string& metrics_path, const std::string& png_path, int width = 800,
+                      int height = 500);
+
+}  // namespace tformer

@@ -1,0 +1,440 @@
+#include "train/trainer.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "core/threads.h"
+#include "io/safetensors.h"
+#include "model/checkpoint.h"
+#include "tokenizer/char_tokenizer.h"
+#include "train/progress.h"
+
+namespace tformer {
+
+namespace fs = std::filesystem;
+
+// ---------------------------------------------------------------------------------------------
+// Options.
+
+nlohmann::json TrainOptions::to_json() const {
+  return {{"data", data},
+          {"val_data", val_data},
+          {"val_fraction", val_fraction},
+          {"tokenizer", tokenizer},
+          {"config", config},
+          {"out", out},
+          {"steps", steps},
+          {"batch", batch},
+          {"context", context},
+          {"grad_accum", grad_accum},
+          {"lr", lr},
+          {"min_lr", min_lr},
+          {"warmup", warmup},
+          {"decay_steps", decay_steps},
+          {"beta1", beta1},
+          {"beta2", beta2},
+          {"eps", eps},
+          {"weight_decay", weight_decay},
+          {"grad_clip", grad_clip},
+          {"eval_every", eval_every},
+          {"eval_steps", eval_steps},
+          {"checkpoint_every", checkpoint_every},
+          {"log_every", log_every},
+          {"seed", seed},
+          {"threads", threads},
+          {"attention", attention}};
+}
+
+TrainOptions TrainOptions::from_json(const nlohmann::json& j, const std::string& source) {
+  if (!j.is_object()) fail("{}: the training options are not a JSON object", source);
+  TrainOptions o;
+  const nlohmann::json known = o.to_json();
+  for (const auto& [key, value] : j.items()) {
+    if (!known.contains(key)) fail("{}: unknown training option \"{}\"", source, key);
+    const auto& ref = known[key];
+    const bool ok = (ref.is_string() && value.is_string()) || (ref.is_number() && value.is_number());
+    if (!ok) fail("{}: training option \"{}\" has the wrong type ({})", source, key, value.dump());
+  }
+  auto get = [&](const char* key, auto& field) {
+    if (j.contains(key)) field = j[key].get<std::remove_reference_t<decltype(field)>>();
+  };
+  get("data", o.data);
+  get("val_data", o.val_data);
+  get("val_fraction", o.val_fraction);
+  get("tokenizer", o.tokenizer);
+  get("config", o.config);
+  get("out", o.out);
+  get("steps", o.steps);
+  get("batch", o.batch);
+  get("context", o.context);
+  get("grad_accum", o.grad_accum);
+  get("lr", o.lr);
+  get("min_lr", o.min_lr);
+  get("warmup", o.warmup);
+  get("decay_steps", o.decay_steps);
+  get("beta1", o.beta1);
+  get("beta2", o.beta2);
+  get("eps", o.eps);
+  get("weight_decay", o.weight_decay);
+  get("grad_clip", o.grad_clip);
+  get("eval_every", o.eval_every);
+  get("eval_steps", o.eval_steps);
+  get("checkpoint_every", o.checkpoint_every);
+  get("log_every", o.log_every);
+  get("seed", o.seed);
+  get("threads", o.threads);
+  get("attention", o.attention);
+  return o;
+}
+
+void TrainOptions::validate() const {
+  auto need = [](bool ok, const char* flag, auto value, const char* rule) {
+    if (!ok) fail("{} is {}; it must be {}", flag, value, rule);
+  };
+  need(steps > 0, "--steps", steps, "positive");
+  need(batch > 0, "--batch", batch, "positive");
+  need(context >= 0, "--context", context, "positive (or 0 for the config's context_length)");
+  need(grad_accum > 0, "--grad-accum", grad_accum, "positive");
+  need(lr > 0 && std::isfinite(lr), "--lr", lr, "positive");
+  need(min_lr >= 0 && min_lr <= lr, "--min-lr", min_lr, "between 0 and --lr");
+  need(warmup >= 0, "--warmup", warmup, ">= 0");
+  need(decay_steps >= 0, "--decay-steps", decay_steps, ">= 0 (0 = --steps)");
+  need(beta1 >= 0 && beta1 < 1, "--beta1", beta1, "in [0, 1)");
+  need(beta2 >= 0 && beta2 < 1, "--beta2", beta2, "in [0, 1)");
+  need(weight_decay >= 0, "--weight-decay", weight_decay, ">= 0");
+  need(grad_clip >= 0, "--grad-clip", grad_clip, ">= 0 (0 = no clipping)");
+  need(eval_every >= 0, "--eval-every", eval_every, ">= 0 (0 = only at the end)");
+  need(eval_steps > 0, "--eval-steps", eval_steps, "positive");
+  need(checkpoint_every >= 0, "--checkpoint-every", checkpoint_every, ">= 0 (0 = with each evaluation)");
+  need(log_every > 0, "--log-every", log_every, "positive");
+  need(val_fraction >= 0 && val_fraction < 1, "--val-fraction", val_fraction, "in [0, 1)");
+  parse_attention_kernel(attention);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The session.
+
+namespace {
+
+// Parallel zero of a whole arena (the gradient buffer of a 124M model is half a gigabyte).
+void zero_arena(Arena& a) {
+  float* p = a.data();
+  const int64_t n = a.size();
+#pragma omp parallel for schedule(static) if (n >= (1 << 16))
+  for (int64_t i = 0; i < n; ++i) p[i] = 0.0f;
+}
+
+// The first tensor of an arena holding a NaN or an infinity ("" when none).
+std::string first_non_finite(Arena& a) {
+  for (const auto& e : a.entries()) {
+    const auto v = a.view(e);
+    for (int64_t i = 0; i < e.shape.numel(); ++i)
+      if (!std::isfinite(v.data()[i])) return fmt::format("{} (element {}: {})", e.name, i, v.data()[i]);
+  }
+  return "";
+}
+
+std::vector<int64_t> dims(const Shape& s) {
+  std::vector<int64_t> d;
+  for (int i = 0; i < s.rank(); ++i) d.push_back(s[i]);
+  return d;
+}
+
+constexpr uint64_t kEvalStream = 0xE7A1'5EEDull;
+constexpr uint64_t kDropoutStream = 0xD80F'0FFull;
+
+}  // namespace
+
+TrainSession::TrainSession(TrainOptions options, const ModelConfig& config, std::unique_ptr<Tokenizer> tokenizer,
+                           Dataset data)
+    : options_(std::move(options)), tokenizer_(std::move(tokenizer)), data_(std::move(data)) {
+  options_.validate();
+  model_ = std::make_unique<Model>(config);
+  const auto& c = model_->config();
+  if (tokenizer_->vocab_size() != c.vocab_size)
+    fail("the tokenizer has {} tokens but the config's vocab_size is {}", tokenizer_->vocab_size(), c.vocab_size);
+  model_->init_gpt2(options_.seed);
+  const AttentionKernel kernel = parse_attention_kernel(options_.attention);
+  model_->set_attention_kernel(kernel);
+  context_ = options_.context > 0 ? options_.context : c.context_length;
+  grads_.mirror(model_->params());
+  opt_ = std::make_unique<AdamW>(model_->params(),
+                                 AdamWConfig{options_.beta1, options_.beta2, options_.eps, options_.weight_decay});
+  graph_ = std::make_unique<TrainGraph<float>>(c, options_.batch, context_, kernel);
+  sampler_ = std::make_unique<BatchSampler>(data_.train, options_.batch, context_, options_.seed, "training split");
+  if (!data_.val.empty())  // fails now, naming the numbers, rather than at the first evaluation
+    BatchSampler(data_.val, options_.batch, context_, options_.seed, "validation split");
+  inputs_.resize(options_.batch * context_);
+  targets_.resize(options_.batch * context_);
+}
+
+StepResult TrainSession::step() {
+  Arena& params = model_->params();
+  zero_arena(grads_);
+  const int64_t k = options_.grad_accum;
+  const LrSchedule schedule{options_.lr, options_.min_lr, options_.warmup,
+                            options_.decay_steps > 0 ? options_.decay_steps : options_.steps};
+  StepResult r;
+  r.lr = learning_rate(schedule, step_);
+  const bool dropout = model_->config().dropout > 0;
+  for (int64_t micro = 0; micro < k; ++micro) {
+    sampler_->next(inputs_.data(), targets_.data());
+    const uint64_t seed = mix64(options_.seed ^ mix64(kDropoutStream + static_cast<uint64_t>(step_ * k + micro)));
+    const double loss = graph_->forward(params, inputs_.data(), targets_.data(), dropout, seed);
+    if (!std::isfinite(loss)) {
+      const std::string bad = first_non_finite(params);
+      fail("step {}: the loss is {}; first non-finite tensor: {}. Nothing was updated; the last checkpoint "
+           "is intact",
+           step_ + 1, loss, bad.empty() ? "the logits (every parameter is finite)" : bad);
+    }
+    graph_->backward(params, grads_, 1.0f / static_cast<float>(k));
+    r.loss += loss / static_cast<double>(k);
+  }
+  r.grad_norm = clip_grad_norm(grads_, options_.grad_clip);
+  if (!std::isfinite(r.grad_norm))
+    fail("step {}: the gradient norm is {}; first non-finite gradient: {}. Nothing was updated; the last "
+         "checkpoint is intact",
+         step_ + 1, r.grad_norm, first_non_finite(grads_));
+  opt_->step(params, grads_, r.lr);
+  ++step_;
+  return r;
+}
+
+EvalResult TrainSession::evaluate() {
+  auto mean_loss = [&](const std::vector<TokenId>& tokens, uint64_t split, const char* name) {
+    BatchSampler s(tokens, options_.batch, context_,
+                   mix64(options_.seed ^ mix64(kEvalStream + 2 * static_cast<uint64_t>(step_) + split)), name);
+    double sum = 0;
+    for (int64_t i = 0; i < options_.eval_steps; ++i) {
+      s.next(inputs_.data(), targets_.data());
+      sum += graph_->forward(model_->params(), inputs_.data(), targets_.data(), false);
+    }
+    return sum / static_cast<double>(options_.eval_steps);
+  };
+  EvalResult e;
+  e.train_loss = mean_loss(data_.train, 0, "training split");
+  e.val_loss = data_.val.empty() ? std::nan("") : mean_loss(data_.val, 1, "validation split");
+  return e;
+}
+
+void TrainSession::save_model(const std::string& path) { tformer::save_model(path, *model_, tokenizer_.get()); }
+
+void TrainSession::save_checkpoint(const std::string& path) {
+  Arena& p = model_->params();
+  std::vector<TensorToWrite> tensors;
+  for (const auto& e : p.entries()) tensors.push_back({e.name, dims(e.shape), p.view(e).data()});
+  for (const auto& e : p.entries())
+    tensors.push_back({"optimizer.m." + e.name, dims(e.shape), opt_->m().view(e).data()});
+  for (const auto& e : p.entries())
+    tensors.push_back({"optimizer.v." + e.name, dims(e.shape), opt_->v().view(e).data()});
+  const auto rng = sampler_->state();
+  const nlohmann::json state = {{"format", 1},
+                                {"step", step_},
+                                {"optimizer_steps", opt_->steps()},
+                                {"sampler_state", {rng[0], rng[1], rng[2], rng[3]}},
+                                {"options", options_.to_json()}};
+  write_safetensors(path, tensors,
+                    {{"config", model_->config().to_json().dump()},
+                     {"tokenizer", tokenizer_->to_json().dump()},
+                     {"train_state", state.dump()}});
+}
+
+void TrainSession::load_checkpoint(const std::string& path) {
+  const SafetensorsFile f = SafetensorsFile::open(path);
+  auto it = f.metadata().find("train_state");
+  if (it == f.metadata().end()) fail("{}: no \"train_state\" in __metadata__; not a training checkpoint", path);
+  nlohmann::json state;
+  try {
+    state = nlohmann::json::parse(it->second);
+  } catch (const nlohmann::json::parse_error& e) {
+    fail("{}: train_state is not valid JSON: {}", path, e.what());
+  }
+  if (auto c = f.metadata().find("config"); c == f.metadata().end() ||
+                                             nlohmann::json::parse(c->second) != model_->config().to_json())
+    fail("{}: the checkpoint's config differs from this run's model config", path);
+  for (const char* key : {"step", "optimizer_steps", "sampler_state"})
+    if (!state.contains(key)) fail("{}: train_state has no \"{}\"", path, key);
+  const size_t expected = 3 * model_->params().entries().size();
+  if (f.tensors().size() != expected)
+    fail("{}: {} tensors; a checkpoint of this model holds {} (weights, optimizer.m.*, optimizer.v.*)", path,
+         f.tensors().size(), expected);
+  Arena& p = model_->params();
+  for (const auto& e : p.entries()) {
+    for (auto [prefix, arena] : {std::pair<const char*, Arena*>{"", &p}, {"optimizer.m.", &opt_->m()},
+                                 {"optimizer.v.", &opt_->v()}}) {
+      const std::string name = prefix + e.name;
+      const SafetensorsTensor& t = f.at(name);
+      if (t.shape != dims(e.shape))
+        fail("{}: tensor '{}' has shape {}; this model needs {}", path, name, shape_str(t.shape), e.shape.str());
+      f.read_f32(name, arena->view(e).data(), e.shape.numel());
+    }
+  }
+  step_ = state["step"].get<int64_t>();
+  opt_->set_steps(state["optimizer_steps"].get<int64_t>());
+  const auto& s = state["sampler_state"];
+  if (!s.is_array() || s.size() != 4) fail("{}: train_state sampler_state is not 4 numbers", path);
+  sampler_->set_state({s[0].get<uint64_t>(), s[1].get<uint64_t>(), s[2].get<uint64_t>(), s[3].get<uint64_t>()});
+}
+
+// ---------------------------------------------------------------------------------------------
+// The command.
+
+namespace {
+
+std::string read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("{}: cannot open", path);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+}  // namespace
+
+std::unique_ptr<Tokenizer> training_tokenizer(const TrainOptions& o) {
+  if (o.tokenizer == "char") {
+    std::string text = read_bytes(o.data);
+    if (!o.val_data.empty()) text += read_bytes(o.val_data);
+    return std::make_unique<CharTokenizer>(CharTokenizer::from_corpus(text));
+  }
+  return tokenizer_by_name_or_model(o.tokenizer);
+}
+
+void run_training(TrainOptions o, const std::string& resume_dir, const std::vector<std::string>& given) {
+  std::unique_ptr<TrainSession> session;
+  const bool resuming = !resume_dir.empty();
+  if (resuming) {
+    const std::string ckpt = (fs::path(resume_dir) / "checkpoint.safetensors").string();
+    if (!fs::exists(ckpt)) fail("--resume {}: no checkpoint.safetensors there", resume_dir);
+    const SafetensorsFile f = SafetensorsFile::open(ckpt);
+    const auto& meta = f.metadata();
+    for (const char* key : {"train_state", "config", "tokenizer"})
+      if (!meta.contains(key)) fail("{}: no \"{}\" in __metadata__; not a training checkpoint", ckpt, key);
+    nlohmann::json saved;
+    try {
+      saved = nlohmann::json::parse(meta.at("train_state")).at("options");
+    } catch (const nlohmann::json::exception& e) {
+      fail("{}: train_state has no readable options: {}", ckpt, e.what());
+    }
+    // The saved options, with the flags given now on top.
+    const nlohmann::json now = o.to_json();
+    for (const std::string& key : given)
+      if (now.contains(key)) saved[key] = now[key];
+    if (!std::count(given.begin(), given.end(), std::string("out"))) saved["out"] = resume_dir;
+    o = TrainOptions::from_json(saved, ckpt + ": train_state options");
+    set_num_threads(o.threads);
+    ModelConfig config = ModelConfig::from_json(nlohmann::json::parse(meta.at("config")), ckpt + ": config");
+    auto tok = tokenizer_from_json(nlohmann::json::parse(meta.at("tokenizer")));
+    Dataset data = load_dataset(o.data, o.val_data, o.val_fraction, *tok, o.out);
+    session = std::make_unique<TrainSession>(o, config, std::move(tok), std::move(data));
+    session->load_checkpoint(ckpt);
+    if (session->current_step() >= o.steps)
+      fail("{} already holds step {}; pass a larger --steps to continue", ckpt, session->current_step());
+    truncate_metrics_after((fs::path(o.out) / "metrics.jsonl").string(), session->current_step());
+  } else {
+    if (o.data.empty()) fail("--data is required");
+    if (o.out.empty()) fail("--out is required");
+    o.validate();
+    set_num_threads(o.threads);
+    if (fs::exists(fs::path(o.out) / "checkpoint.safetensors"))
+      fail("{} already holds a training run; continue it with --resume {} or choose another --out", o.out, o.out);
+    fs::create_directories(o.out);
+    ModelConfig config = o.config.empty() ? ModelConfig{} : ModelConfig::from_file(o.config);
+    auto tok = training_tokenizer(o);
+    if (config.vocab_size == 0) config.vocab_size = tok->vocab_size();
+    if (config.vocab_size != tok->vocab_size())
+      fail("{}: vocab_size is {} but the tokenizer '{}' has {} tokens", o.config, config.vocab_size, o.tokenizer,
+           tok->vocab_size());
+    if (o.context > 0 && o.context > config.context_length) config.context_length = o.context;
+    config.validate();
+    Dataset data = load_dataset(o.data, o.val_data, o.val_fraction, *tok, o.out);
+    session = std::make_unique<TrainSession>(o, config, std::move(tok), std::move(data));
+    std::error_code ec;
+    fs::remove(fs::path(o.out) / "metrics.jsonl", ec);
+  }
+  TrainSession& s = *session;
+  const TrainOptions& opt = s.options();
+  const std::string out = opt.out;
+  const std::string metrics = (fs::path(out) / "metrics.jsonl").string();
+  const std::string ckpt = (fs::path(out) / "checkpoint.safetensors").string();
+  const std::string model_path = (fs::path(out) / "model.safetensors").string();
+  const int64_t eval_every = opt.eval_every;
+  const int64_t ckpt_every = opt.checkpoint_every > 0 ? opt.checkpoint_every : eval_every;
+  fmt::print("model: {} parameters, {} layers, d_model {}, {} heads, vocab {}; tokenizer {}\n", s.model().n_params(),
+             s.model().config().n_layers, s.model().config().d_model, s.model().config().n_heads,
+             s.model().config().vocab_size, opt.tokenizer);
+  fmt::print("data: train {} tokens ({}), validation {} tokens{}\n", s.data().train.size(), s.data().train_source,
+             s.data().val.size(), s.data().val_source.empty() ? "" : " (" + s.data().val_source + ")");
+  fmt::print("{} steps x {} tokens ({} x {} x {} accumulated), {} threads{}\n", opt.steps, s.tokens_per_step(),
+             opt.batch, s.tokens_per_step() / opt.batch / opt.grad_accum, opt.grad_accum, num_threads(),
+             resuming ? fmt::format("; resumed at step {}", s.current_step()) : "");
+  std::fflush(stdout);
+
+  auto evaluate = [&](Progress& progress, double tokens_per_s, double elapsed) {
+    const EvalResult e = s.evaluate();
+    nlohmann::json rec = {{"step", s.current_step()}, {"train_loss", e.train_loss}};
+    rec["val_loss"] = std::isnan(e.val_loss) ? nlohmann::json(nullptr) : nlohmann::json(e.val_loss);
+    rec["tokens_per_s"] = tokens_per_s;
+    rec["elapsed_s"] = elapsed;
+    append_metrics(metrics, rec);
+    progress.message(std::isnan(e.val_loss)
+                         ? fmt::format("step {}: train loss {:.4f}", s.current_step(), e.train_loss)
+                         : fmt::format("step {}: train loss {:.4f}, val loss {:.4f}", s.current_step(), e.train_loss,
+                                       e.val_loss));
+  };
+  auto checkpoint = [&] {
+    s.save_checkpoint(ckpt);
+    s.save_model(model_path);
+  };
+
+  Progress progress(opt.steps);
+  const auto t0 = Clock::now();
+  if (!resuming && eval_every > 0) evaluate(progress, 0, 0);
+  std::vector<double> step_seconds;
+  double window_seconds = 0;
+  int64_t window_steps = 0;
+  double train_seconds = 0;
+  while (s.current_step() < opt.steps) {
+    const auto ts = Clock::now();
+    const StepResult r = s.step();
+    const double dt = seconds_since(ts);
+    step_seconds.push_back(dt);
+    train_seconds += dt;
+    window_seconds += dt;
+    ++window_steps;
+    const int64_t step = s.current_step();
+    const bool last = step == opt.steps;
+    if (step % opt.log_every == 0 || last || step == 1) {
+      progress.update(step, r.loss, r.lr, static_cast<double>(window_steps * s.tokens_per_step()) / window_seconds,
+                      seconds_since(t0));
+      window_seconds = 0;
+      window_steps = 0;
+    }
+    const double tps = static_cast<double>(step_seconds.size() * s.tokens_per_step()) / train_seconds;
+    if ((eval_every > 0 && step % eval_every == 0) || last) evaluate(progress, tps, seconds_since(t0));
+    if ((ckpt_every > 0 && step % ckpt_every == 0) || last) checkpoint();
+  }
+  progress.finish();
+  const double med = median(step_seconds);
+  fmt::print("done: {} steps in {:.1f} s; median step {:.2f} ms, {:.0f} tokens/s; model written to {}\n",
+             step_seconds.size(), seconds_since(t0), med * 1e3, static_cast<double>(s.tokens_per_step()) / med,
+             model_path);
+}
+
+}  // namespace tformer

@@ -1,0 +1,117 @@
+// Training: the step loop (micro-batches -> gradient accumulation -> clipping -> AdamW), periodic
+// evaluation, metrics.jsonl, atomic checkpoints and exact resumption.
+//
+//   DIR/model.safetensors        the model (config + tokenizer in the header), loadable by every command
+//   DIR/checkpoint.safetensors   the model's tensors, the AdamW moments ("optimizer.m.<name>",
+//                                "optimizer.v.<name>") and, in __metadata__, "config", "tokenizer" and
+//                                "train_state" (JSON: step, optimizer steps, the data sampler's RNG
+//                                state, every training option)
+//   DIR/metrics.jsonl            one {"step", "train_loss", "val_loss", "lr", "tokens_per_s", ...} per evaluation
+//   DIR/tokens-*.bin             the token cache (train/data.h)
+//
+// Determinism: everything random is a function of --seed: the initial weights, the sampler of
+// training windows (whose RNG state the checkpoint saves), the dropout masks (seeded by the step
+// and micro-batch index), the evaluation windows (seeded by the step). A resumed run therefore
+// continues bit for bit as the uninterrupted one at the same thread count.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+#include "train/data.h"
+#include "train/graph.h"
+#include "train/optimizer.h"
+
+namespace tformer {
+
+// Every setting of a run (the flags of `tformer train`), saved in the checkpoint.
+struct TrainOptions {
+  std::string data, val_data, tokenizer = "char", config, out;
+  double val_fraction = 0.1;
+  int64_t steps = 2000, batch = 12, context = 0 /* 0: the config's context_length */, grad_accum = 1;
+  double lr = 1e-3, min_lr = 1e-4;
+  int64_t warmup = 100, decay_steps = 0 /* 0: --steps */;
+  double beta1 = 0.9, beta2 = 0.99, eps = 1e-8, weight_decay = 0.1, grad_clip = 1.0;
+  int64_t eval_every = 250, eval_steps = 20, checkpoint_every = 0 /* 0: --eval-every */, log_every = 10;
+  uint64_t seed = 1337;
+  int threads = 0;
+  std::string attention = "tiled";
+
+  nlohmann::json to_json() const;
+  // Unknown keys are errors naming the key.
+  static TrainOptions from_json(const nlohmann::json& j, const std::string& source);
+  // Range checks with messages naming the flag.
+  void validate() const;
+};
+
+struct StepResult {
+  double loss = 0;       // mean over the micro-batches
+  double grad_norm = 0;  // before clipping
+  double lr = 0;
+};
+
+struct EvalResult {
+  double train_loss = 0;
+  double val_loss = 0;  // NaN when there is no validation split
+};
+
+class TrainSession {
+ public:
+  // A fresh run: the model initialised with GPT-2's scheme from options.seed. config must have
+  // vocab_size equal to the tokenizer's.
+  TrainSession(TrainOptions options, const ModelConfig& config, std::unique_ptr<Tokenizer> tokenizer, Dataset data);
+
+  // One optimizer step: grad_accum forward/backward passes, clipping, AdamW. A non-finite loss
+  // or gradient throws Error naming the step and the first offending tensor (nothing is updated).
+  StepResult step();
+  // Mean loss over eval_steps random batches of each split, drawn with an RNG seeded by
+  // (seed, step): the same batches whenever the evaluation runs at this step.
+  EvalResult evaluate();
+
+  // Atomic (temporary file, then rename).
+  void save_checkpoint(const std::string& path);
+  void save_model(const std::string& path);
+  // Restores weights, moments, step and sampler from a checkpoint written by save_checkpoint for
+  // this config; errors name the file and tensor.
+  void load_checkpoint(const std::string& path);
+
+  int64_t current_step() const { return step_; }  // optimizer steps done
+  Model& model() { return *model_; }
+  const Tokenizer& tokenizer() const { return *tokenizer_; }
+  const TrainOptions& options() const { return options_; }
+  TrainOptions& mutable_options() { return options_; }
+  const Dataset& data() const { return data_; }
+  int64_t tokens_per_step() const { return options_.batch * context_ * options_.grad_accum; }
+
+ private:
+  TrainOptions options_;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  Dataset data_;
+  int64_t context_;
+  Arena grads_;
+  std::unique_ptr<AdamW> opt_;
+  std::unique_ptr<TrainGraph<float>> graph_;
+  std::unique_ptr<BatchSampler> sampler_;
+  std::vector<TokenId> inputs_, targets_;
+  int64_t step_ = 0;
+};
+
+// `tformer train`: builds or resumes a session and runs it to options.steps, evaluating,
+// checkpointing and printing progress. resume_dir "" = a fresh run into options.out.
+// `given` names the flags set on the command line; on resume they override the saved options.
+void run_training(TrainOptions options, const std::string& resume_dir, const std::vector<std::string>& given);
+
+// Builds the tokenizer --tokenizer names: "char" = the distinct bytes of the training (and
+// validation) text, sorted (nanoGPT's shakespeare_char alphabet); otherwise anything
+// tokenizer_by_name_or_model accepts (bpe:CODES, byte-bpe:VOCAB, gpt2, a tokenizer JSON, a model file).
+std::unique_ptr<Tokenizer> training_tokenizer(const TrainOptions& options);
+
+}  // namespace tformer
