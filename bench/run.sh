@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every benchmark of a build (default: build/): the Google Benchmark programs (three
 # repetitions, medians), the inference benchmark, then the scripts that run outside anchors
-# (sentencepiece, tiktoken, PyTorch) beside tformer in the same run.
+# (sentencepiece, tiktoken, PyTorch; train.sh takes about 6 minutes) beside
+# tformer in the same run.
 set -euo pipefail
 build=${1:-build}
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -17,8 +18,9 @@ if [[ -d "$here/../../shared/data" ]]; then
   echo "== bench_tokenizer_gpt2.sh"; bash "$here/bench_tokenizer_gpt2.sh" "$build"
   if /usr/bin/python3 -c "import torch" 2>/dev/null; then
     echo "== attention.sh";         bash "$here/attention.sh" "$build"
+    echo "== train.sh";             bash "$here/train.sh" "$build"
   else
-    echo "(no PyTorch: scripts/install-deps.sh --reference installs it for attention.sh)"
+    echo "(no PyTorch: scripts/install-deps.sh --reference installs it for attention.sh and train.sh)"
   fi
 else
   echo "(../shared/data not found: skipping the tokenizer and anchor scripts)"

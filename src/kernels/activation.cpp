@@ -3,7 +3,11 @@
 // same result.
 #include "kernels/activation.h"
 
+#include <algorithm>
 #include <cmath>
+#include <type_traits>
+
+#include "kernels/fast_math.h"
 
 namespace tformer {
 
@@ -43,8 +47,56 @@ double sigmoid(double a) {
 
 }  // namespace
 
+// The float path: the same formulas in float with fast::exp_f / fast::normal_cdf_f, so the loops
+// vectorise (the double path's libm erf/exp/tanh calls were a fifth of a small model's training
+// step). Within 1e-6 relative of the double path (tests: Activation.FloatMatchesDouble).
+// tanh-GELU through the logistic function, without cancellation in either tail:
+// 0.5 (1 + tanh u) = s = sigmoid(2u) and 1 - tanh^2 u = 4 s (1 - s), with e = exp(-2|u|),
+// s = 1/(1+e) or e/(1+e) by the sign of u and 1 - s the other one.
+struct TanhGeluParts {
+  float s, one_minus_s, du;
+};
+inline TanhGeluParts tanh_gelu_parts(float x) {
+  const float u = 0.79788456080286535588f * x * fast::fmadd(0.044715f * x, x, 1.0f);
+  const float e = fast::exp_f(-2.0f * std::abs(u));
+  const float big = 1.0f / (1.0f + e), small = e / (1.0f + e);
+  const float du = 0.79788456080286535588f * fast::fmadd(3.0f * 0.044715f * x, x, 1.0f);
+  return {u >= 0 ? big : small, u >= 0 ? small : big, du};
+}
+inline float gelu_value_f(float x, GeluKind kind) {
+  if (kind == GeluKind::Exact) return x * fast::normal_cdf_f(x);
+  return x * tanh_gelu_parts(x).s;
+}
+inline float gelu_derivative_f(float x, GeluKind kind) {
+  if (kind == GeluKind::Exact)
+    return fast::normal_cdf_f(x) + x * 0.39894228040143267794f * fast::exp_f(-0.5f * x * x);
+  const TanhGeluParts p = tanh_gelu_parts(x);
+  return p.s + 2.0f * x * p.s * p.one_minus_s * p.du;
+}
+
+// Plain loops over one chunk with the kind fixed, so the compiler vectorises them.
+template <GeluKind K>
+void gelu_forward_chunk(float* __restrict y, const float* __restrict x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = gelu_value_f(x[i], K);
+}
+template <GeluKind K>
+void gelu_backward_chunk(float* __restrict dx, const float* __restrict dy, const float* __restrict x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dx[i] += dy[i] * gelu_derivative_f(x[i], K);
+}
+constexpr int64_t kChunk = 4096;
+
 template <typename T>
 void gelu_forward(T* y, const T* x, int64_t n, GeluKind kind) {
+  if constexpr (std::is_same_v<T, float>) {
+    const int64_t chunks = (n + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static) if (n > kParallelElements)
+    for (int64_t c = 0; c < chunks; ++c) {
+      const int64_t b = c * kChunk, m = std::min(kChunk, n - b);
+      if (kind == GeluKind::Exact) gelu_forward_chunk<GeluKind::Exact>(y + b, x + b, m);
+      else gelu_forward_chunk<GeluKind::Tanh>(y + b, x + b, m);
+    }
+    return;
+  }
 #pragma omp parallel for schedule(static) if (n > kParallelElements)
   for (int64_t i = 0; i < n; ++i) y[i] = static_cast<T>(gelu_value(static_cast<double>(x[i]), kind));
 }
@@ -54,6 +106,16 @@ void gelu_forward(T* y, const T* x, int64_t n, GeluKind kind) {
 // dx += dy * gelu'(x), with gelu' from gelu_derivative above.
 template <typename T>
 void gelu_backward(T* dx, const T* dy, const T* x, int64_t n, GeluKind kind) {
+  if constexpr (std::is_same_v<T, float>) {
+    const int64_t chunks = (n + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static) if (n > kParallelElements)
+    for (int64_t c = 0; c < chunks; ++c) {
+      const int64_t b = c * kChunk, m = std::min(kChunk, n - b);
+      if (kind == GeluKind::Exact) gelu_backward_chunk<GeluKind::Exact>(dx + b, dy + b, x + b, m);
+      else gelu_backward_chunk<GeluKind::Tanh>(dx + b, dy + b, x + b, m);
+    }
+    return;
+  }
 #pragma omp parallel for schedule(static) if (n > kParallelElements)
   for (int64_t i = 0; i < n; ++i)
     dx[i] = static_cast<T>(static_cast<double>(dx[i]) +

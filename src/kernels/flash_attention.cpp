@@ -51,6 +51,7 @@
 // (max, sum, unnormalised accumulator) for every query head of the group, reading each key and
 // value once for the whole group; the states are then merged per (batch, head) in chunk order.
 #include "kernels/flash_attention.h"
+#include "kernels/fast_math.h"
 
 #include <omp.h>
 
@@ -95,23 +96,7 @@ inline T fmadd(T a, T b, T c) {
 }
 
 // exp(x) for x <= ~0 (the softmax only exponentiates score - max or score - lse); -inf gives 0.
-inline float exp_neg(float x) {
-  float xc = x > -87.0f ? x : -87.0f;
-  xc = xc < 88.0f ? xc : 88.0f;
-  const float n = std::floor(fmadd(xc, 1.44269504088896341f, 0.5f));
-  float r = fmadd(n, -0.693359375f, xc);  // x - n ln2, ln2 split in a high part exact in float
-  r = fmadd(n, 2.12194440e-4f, r);        // and the low remainder
-  float p = 1.0f / 5040.0f;
-  p = fmadd(p, r, 1.0f / 720.0f);
-  p = fmadd(p, r, 1.0f / 120.0f);
-  p = fmadd(p, r, 1.0f / 24.0f);
-  p = fmadd(p, r, 1.0f / 6.0f);
-  p = fmadd(p, r, 0.5f);
-  p = fmadd(p, r, 1.0f);
-  p = fmadd(p, r, 1.0f);
-  const float scale = std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
-  return x > -87.0f ? p * scale : 0.0f;
-}
+inline float exp_neg(float x) { return fast::exp_f(x); }
 inline double exp_neg(double x) { return std::exp(x); }
 
 // C[kR x kC] += A[kR x K] B[K x kC]; row strides ldc, lda, ldb.

@@ -48,7 +48,7 @@ constexpr Glyph kFont[] = {
     {'l', {0b01100, 0b00100, 0b00100, 0b00100, 0b00100, 0b00100, 0b01110}},
     {'n', {0b00000, 0b00000, 0b10110, 0b11001, 0b10001, 0b10001, 0b10001}},
     {'o', {0b00000, 0b00000, 0b01110, 0b10001, 0b10001, 0b10001, 0b01110}},
-    {'p', {0b00000, 0b00000, 0b11110, 0b10001, 0b11110, 0b10000, 0b10000}},
+    {'p', {0b00000, 0b11110, 0b10001, 0b10001, 0b11110, 0b10000, 0b10000}},
     {'r', {0b00000, 0b00000, 0b10110, 0b11001, 0b10000, 0b10000, 0b10000}},
     {'s', {0b00000, 0b00000, 0b01110, 0b10000, 0b01110, 0b00001, 0b11110}},
     {'t', {0b01000, 0b01000, 0b11100, 0b01000, 0b01000, 0b01001, 0b00110}},
@@ -244,7 +244,7 @@ std::vector<uint8_t> render_loss_curves(const LossCurves& curves, int width, int
 
   const int scale = std::max(1, std::min(width / 800, height / 500) + (width >= 1200 && height >= 750 ? 1 : 0));
   const int glyph_h = kGlyphH * scale, tick = 4 * scale, gap = 4 * scale;
-  const Axis ya = make_axis(y_lo, y_hi, std::max(3, height / (40 * scale) / 2), false);
+  const Axis ya = make_axis(y_lo, y_hi, std::max(3, height / (50 * scale)), false);
   const Axis xa0 = make_axis(x_lo, x_hi, 6, true);
   int y_label_w = 0;
   for (const auto& s : ya.labels) y_label_w = std::max(y_label_w, Canvas::text_width(s, scale));

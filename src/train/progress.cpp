@@ -21,6 +21,17 @@ int terminal_columns() {
 
 constexpr int kBarWidth = 20;
 
+// "[#####.....] " for a fraction done, `width` characters between the brackets.
+std::string bar_text(double frac, int width) {
+  const int filled = static_cast<int>(std::clamp(frac, 0.0, 1.0) * width);
+  std::string bar(static_cast<size_t>(width) + 3, '.');
+  bar.front() = '[';
+  std::fill_n(bar.begin() + 1, filled, '#');
+  bar[bar.size() - 2] = ']';
+  bar.back() = ' ';
+  return bar;
+}
+
 }  // namespace
 
 Progress::Progress(int64_t total_steps, bool force_plain)
@@ -49,13 +60,17 @@ std::string Progress::plain_line(int64_t step, double loss, double lr, double to
                      std::isfinite(tokens_per_s) ? tokens_per_s : 0.0, eta);
 }
 
-std::string Progress::live_line(int64_t step, double loss, double lr, double tokens_per_s, double eta_s) const {
-  const double frac = total_ > 0 ? std::clamp(static_cast<double>(step) / static_cast<double>(total_), 0.0, 1.0) : 0;
-  const int filled = static_cast<int>(frac * kBarWidth);
-  std::string bar(kBarWidth, '.');
-  std::fill(bar.begin(), bar.begin() + filled, '#');
-  return fmt::format("[{}] step {}/{} loss {:.4f} lr {:.1e} {} tok/s ETA {}", bar, step, total_, loss, lr,
+double Progress::fraction(int64_t step) const {
+  return total_ > 0 ? static_cast<double>(step) / static_cast<double>(total_) : 0.0;
+}
+
+std::string Progress::live_fields(int64_t step, double loss, double lr, double tokens_per_s, double eta_s) const {
+  return fmt::format("step {}/{} loss {:.4f} lr {:.1e} {} tok/s ETA {}", step, total_, loss, lr,
                      format_rate(tokens_per_s), format_eta(eta_s));
+}
+
+std::string Progress::live_line(int64_t step, double loss, double lr, double tokens_per_s, double eta_s) const {
+  return bar_text(fraction(step), kBarWidth) + live_fields(step, loss, lr, tokens_per_s, eta_s);
 }
 
 double Progress::eta_seconds(int64_t step, double seconds_elapsed) {
@@ -77,14 +92,19 @@ void Progress::update(int64_t step, double loss, double lr, double tokens_per_s,
     std::fflush(stdout);
     return;
   }
-  last_line_ = live_line(step, loss, lr, tokens_per_s, eta);
+  last_fraction_ = fraction(step);
+  last_fields_ = live_fields(step, loss, lr, tokens_per_s, eta);
   draw();
 }
 
 void Progress::draw() {
-  // Cut to the terminal's width, or the line would wrap and \r would no longer return to its start.
-  const auto width = static_cast<size_t>(std::max(terminal_columns() - 1, 1));
-  const std::string line = last_line_.size() > width ? last_line_.substr(0, width) : last_line_;
+  // Fit the terminal, or the line would wrap and \r would no longer return to its start: the bar
+  // narrows first (and is left out below 5 characters), then the fields are cut.
+  const int columns = std::max(terminal_columns() - 1, 1);
+  const int room = columns - static_cast<int>(last_fields_.size()) - 3;
+  std::string line = room >= 5 ? bar_text(last_fraction_, std::min(room, kBarWidth)) : std::string();
+  line += last_fields_;
+  if (line.size() > static_cast<size_t>(columns)) line.resize(columns);
   fmt::print(stderr, "\r{}\x1b[K", line);
   std::fflush(stderr);
   drawn_ = true;

@@ -39,10 +39,13 @@ class Progress {
   static std::string format_eta(double seconds);   // "1:02", "1:02:03", "?" when unknown (< 0)
   static std::string format_rate(double per_s);    // "950", "41.2k", "1.23M"
   std::string plain_line(int64_t step, double loss, double lr, double tokens_per_s, double eta_s) const;
+  // The live line with a full-width bar; draw() narrows the bar to fit the terminal.
   std::string live_line(int64_t step, double loss, double lr, double tokens_per_s, double eta_s) const;
 
  private:
   double eta_seconds(int64_t step, double seconds_elapsed);
+  double fraction(int64_t step) const;
+  std::string live_fields(int64_t step, double loss, double lr, double tokens_per_s, double eta_s) const;
   void draw();
 
   int64_t total_;
@@ -51,7 +54,8 @@ class Progress {
   bool have_first_ = false;
   int64_t first_step_ = 0;
   double first_seconds_ = 0;
-  std::string last_line_;
+  double last_fraction_ = 0;
+  std::string last_fields_;  // the live line after the bar
 };
 
 }  // namespace tformer

@@ -169,9 +169,9 @@ TrainSession::TrainSession(TrainOptions options, const ModelConfig& config, std:
   opt_ = std::make_unique<AdamW>(model_->params(),
                                  AdamWConfig{options_.beta1, options_.beta2, options_.eps, options_.weight_decay});
   graph_ = std::make_unique<TrainGraph<float>>(c, options_.batch, context_, kernel);
-  sampler_ = std::make_unique<BatchSampler>(data_.train, options_.batch, context_, options_.seed, "training split");
+  sampler_ = std::make_unique<BatchSampler>(data_.train, options_.batch, context_, options_.seed, "training");
   if (!data_.val.empty())  // fails now, naming the numbers, rather than at the first evaluation
-    BatchSampler(data_.val, options_.batch, context_, options_.seed, "validation split");
+    BatchSampler(data_.val, options_.batch, context_, options_.seed, "validation");
   inputs_.resize(options_.batch * context_);
   targets_.resize(options_.batch * context_);
 }
@@ -220,8 +220,8 @@ EvalResult TrainSession::evaluate() {
     return sum / static_cast<double>(options_.eval_steps);
   };
   EvalResult e;
-  e.train_loss = mean_loss(data_.train, 0, "training split");
-  e.val_loss = data_.val.empty() ? std::nan("") : mean_loss(data_.val, 1, "validation split");
+  e.train_loss = mean_loss(data_.train, 0, "training");
+  e.val_loss = data_.val.empty() ? std::nan("") : mean_loss(data_.val, 1, "validation");
   return e;
 }
 

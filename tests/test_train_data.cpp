@@ -1,0 +1,466 @@
+// Training data: where --val-fraction splits a file (nanoGPT's split for a char tokenizer, never
+// inside a UTF-8 character), a separate validation file, the token cache (reuse, invalidation,
+// damaged files), the batch sampler's windows, seeds and saved state, the metrics log, and the
+// progress display's plain format.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "tokenizer/char_tokenizer.h"
+#include "train/data.h"
+#include "train/progress.h"
+
+namespace tformer {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+class DataTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    static std::atomic<int> counter{0};
+    dir_ = fs::temp_directory_path() /
+           ("tformer_data_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  std::string put(const std::string& name, const std::string& bytes) const {
+    fs::remove(path(name));
+    std::ofstream out(path(name), std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    return path(name);
+  }
+  static std::string slurp(const std::string& p) {
+    std::ifstream in(p, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  std::vector<std::string> cache_files(const std::string& cache) const {
+    std::vector<std::string> names;
+    if (!fs::exists(cache)) return names;
+    for (const auto& e : fs::directory_iterator(cache)) names.push_back(e.path().filename().string());
+    std::sort(names.begin(), names.end());
+    return names;
+  }
+
+  fs::path dir_;
+};
+
+// Known bytes: 1000 characters of a repeating printable pattern.
+std::string known_text(size_t n) {
+  std::string s(n, ' ');
+  for (size_t i = 0; i < n; ++i) s[i] = static_cast<char>('a' + (i * 7 + i / 13) % 26);
+  return s;
+}
+
+// ---- the split --------------------------------------------------------------------------------
+
+TEST_F(DataTest, ValFractionTakesTheLastPartAtFloorOfNineTenths) {
+  const std::string text = known_text(1000);
+  const std::string file = put("data.txt", text);
+  const CharTokenizer tok = CharTokenizer::from_corpus(text);
+  const Dataset d = load_dataset(file, "", 0.1, tok, "");
+  // nanoGPT: data[:int(n*0.9)], data[int(n*0.9):], each encoded on its own.
+  EXPECT_EQ(d.train, tok.encode(text.substr(0, 900)));
+  EXPECT_EQ(d.val, tok.encode(text.substr(900)));
+  EXPECT_THAT(d.train_source, HasSubstr("bytes [0, 900) of 1000"));
+  EXPECT_THAT(d.val_source, HasSubstr("bytes [900, 1000) of 1000"));
+
+  // The cut is floor(n * (1 - f)) as Python computes int(n * 0.9), for every n.
+  for (size_t n = 1; n <= 3000; ++n) ASSERT_EQ(val_split_offset(std::string(n, 'x'), 0.1), n * 9 / 10) << n;
+  // Tiny Shakespeare's size: nanoGPT's shakespeare_char has 1003854 train characters.
+  EXPECT_EQ(val_split_offset(std::string(1115394, 'x'), 0.1), 1003854u);
+  EXPECT_EQ(val_split_offset(std::string(1000, 'x'), 0.25), 750u);
+  EXPECT_EQ(val_split_offset(std::string(1000, 'x'), 0.0), 1000u);
+}
+
+TEST_F(DataTest, SplitMovesForwardToACharacterBoundary) {
+  // 10 bytes; floor(10 * 0.9) = 9 falls on the second byte of "é" (C3 A9): the cut moves to 10.
+  EXPECT_EQ(val_split_offset("abcdefgh\xC3\xA9", 0.1), 10u);
+  // "€" is E2 82 AC at bytes 7..9: 9 is a continuation byte -> 10.
+  EXPECT_EQ(val_split_offset("abcdefg\xE2\x82\xAC", 0.1), 10u);
+  // A 4-byte character F0 9F 98 80 at bytes 8..11 of 20; the cut at 9 moves to 12.
+  const std::string emoji = std::string("abcdefgh") + "\xF0\x9F\x98\x80" + "ijklmnop";
+  EXPECT_EQ(val_split_offset(emoji, 0.55), 12u);  // floor(20 * 0.45) = 9
+  // On a lead byte or ASCII the cut stays.
+  EXPECT_EQ(val_split_offset("abcdefghi\xC3\xA9xxxxxxxxx", 0.55), 9u);
+  // Invalid UTF-8 (a run of continuation bytes): at most 3 steps.
+  EXPECT_EQ(val_split_offset(std::string(10, '\x80'), 0.5), 8u);
+
+  // Through load_dataset with the byte tokenizer: the parts are whole characters.
+  const std::string text = "ab\xC3\xA9" "cd\xE2\x82\xAC" "ef";  // 11 bytes; floor(11 * 0.7) = 7 is inside "€"
+  const CharTokenizer tok = CharTokenizer::bytes();
+  const Dataset d = load_dataset(put("u.txt", text), "", 0.3, tok, "");
+  EXPECT_EQ(tok.decode(d.train), "ab\xC3\xA9" "cd\xE2\x82\xAC");
+  EXPECT_EQ(tok.decode(d.val), "ef");
+  EXPECT_TRUE(is_valid_utf8(tok.decode(d.train)));
+}
+
+TEST_F(DataTest, SeparateValidationFileAndNoSplit) {
+  const std::string train_text = known_text(500), val_text = "validation text";
+  const CharTokenizer tok = CharTokenizer::bytes();
+  const Dataset d = load_dataset(put("t.txt", train_text), put("v.txt", val_text), 0.1, tok, "");
+  EXPECT_EQ(d.train, tok.encode(train_text));  // all of it: --val-fraction does not apply
+  EXPECT_EQ(d.val, tok.encode(val_text));
+  EXPECT_THAT(d.val_source, HasSubstr("v.txt"));
+
+  const Dataset none = load_dataset(path("t.txt"), "", 0.0, tok, "");
+  EXPECT_EQ(none.train, tok.encode(train_text));
+  EXPECT_TRUE(none.val.empty());
+  EXPECT_TRUE(none.val_source.empty());
+}
+
+TEST_F(DataTest, BadInputsAreErrorsNamingTheFile) {
+  const CharTokenizer tok = CharTokenizer::bytes();
+  const std::string file = put("t.txt", "hello");
+  for (double f : {1.0, -0.1, 1.5}) {
+    try {
+      load_dataset(file, "", f, tok, "");
+      FAIL() << "expected an error for " << f;
+    } catch (const Error& e) {
+      EXPECT_THAT(e.what(), HasSubstr("--val-fraction"));
+    }
+  }
+  try {
+    load_dataset(path("missing.txt"), "", 0.1, tok, "");
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("missing.txt"));
+  }
+  put("empty.txt", "");
+  try {
+    load_dataset(path("empty.txt"), "", 0.1, tok, "");
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("empty.txt: empty file"));
+  }
+  try {
+    load_dataset(file, path("empty.txt"), 0.0, tok, "");
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("empty.txt: empty file"));
+  }
+  // A byte outside a corpus alphabet: the tokenizer's own error comes through.
+  EXPECT_THROW(load_dataset(file, "", 0.0, CharTokenizer::from_corpus("xyz"), ""), Error);
+}
+
+// ---- the cache --------------------------------------------------------------------------------
+
+TEST_F(DataTest, CacheIsWrittenAndReused) {
+  const std::string text = known_text(2000);
+  const std::string file = put("data.txt", text), cache = path("cache");
+  const CharTokenizer tok = CharTokenizer::from_corpus(text);
+  const Dataset first = load_dataset(file, "", 0.1, tok, cache);
+  const auto files = cache_files(cache);
+  ASSERT_EQ(files.size(), 2u);  // train part and val part
+  for (const auto& f : files) EXPECT_THAT(f, ::testing::MatchesRegex("tokens-[0-9a-f]{16}\\.bin"));
+  EXPECT_THAT(first.train_source, ::testing::Not(HasSubstr("cached")));
+
+  const Dataset second = load_dataset(file, "", 0.1, tok, cache);
+  EXPECT_THAT(second.train_source, HasSubstr("(cached)"));
+  EXPECT_THAT(second.val_source, HasSubstr("(cached)"));
+  EXPECT_EQ(second.train, first.train);
+  EXPECT_EQ(second.val, first.val);
+  EXPECT_EQ(first.train, tok.encode(text.substr(0, 1800)));
+  EXPECT_EQ(cache_files(cache), files);
+
+  // The file's layout: magic, version, id width, key, count, ids, checksum.
+  const std::string bytes = slurp((fs::path(cache) / files[0]).string());
+  EXPECT_EQ(bytes.substr(0, 8), "TFTOKENS");
+  EXPECT_EQ(bytes[8], 1);
+  EXPECT_EQ(bytes[12], 4);
+  const uint64_t count = (bytes.size() - 40) / 4;
+  EXPECT_TRUE(count == 1800 || count == 200) << count;
+  uint64_t key = 0;
+  for (int i = 7; i >= 0; --i) key = (key << 8) | static_cast<unsigned char>(bytes[16 + i]);
+  EXPECT_EQ(files[0], fmt::format("tokens-{:016x}.bin", key));
+}
+
+TEST_F(DataTest, CacheIsKeyedOnContentTokenizerAndSplit) {
+  const std::string text = known_text(1000), cache = path("cache");
+  const std::string file = put("data.txt", text);
+  const CharTokenizer bytes = CharTokenizer::bytes();
+  load_dataset(file, "", 0.1, bytes, cache);
+  EXPECT_EQ(cache_files(cache).size(), 2u);
+
+  // Same size, one byte changed: new keys, fresh tokens.
+  std::string changed = text;
+  changed[950] = changed[950] == 'a' ? 'b' : 'a';
+  put("data.txt", changed);
+  const Dataset d = load_dataset(file, "", 0.1, bytes, cache);
+  EXPECT_THAT(d.val_source, ::testing::Not(HasSubstr("cached")));
+  EXPECT_EQ(d.val, bytes.encode(changed.substr(900)));
+  EXPECT_EQ(cache_files(cache).size(), 4u);
+
+  // Another tokenizer, another split: new keys again.
+  const CharTokenizer corpus = CharTokenizer::from_corpus(changed);
+  const Dataset c = load_dataset(file, "", 0.1, corpus, cache);
+  EXPECT_THAT(c.train_source, ::testing::Not(HasSubstr("cached")));
+  EXPECT_EQ(c.train, corpus.encode(changed.substr(0, 900)));
+  EXPECT_EQ(cache_files(cache).size(), 6u);
+  const Dataset s = load_dataset(file, "", 0.2, bytes, cache);
+  EXPECT_EQ(s.train, bytes.encode(changed.substr(0, 800)));
+  EXPECT_EQ(cache_files(cache).size(), 8u);
+  // The same content under another name shares the cache.
+  put("copy.txt", changed);
+  EXPECT_THAT(load_dataset(path("copy.txt"), "", 0.2, bytes, cache).train_source, HasSubstr("(cached)"));
+  EXPECT_EQ(cache_files(cache).size(), 8u);
+}
+
+TEST_F(DataTest, DamagedCacheFilesAreRewrittenNeverTrusted) {
+  const std::string text = known_text(300), cache = path("cache");
+  const std::string file = put("data.txt", text);
+  const CharTokenizer tok = CharTokenizer::bytes();
+  const Dataset good = load_dataset(file, "", 0.0, tok, cache);
+  const auto files = cache_files(cache);
+  ASSERT_EQ(files.size(), 1u);
+  const std::string cache_file = (fs::path(cache) / files[0]).string();
+  const std::string original = slurp(cache_file);
+
+  std::vector<std::string> damaged;
+  for (size_t cut : {size_t{0}, size_t{5}, size_t{31}, size_t{32}, original.size() - 1}) damaged.push_back(original.substr(0, cut));
+  damaged.push_back(original + "x");
+  for (size_t at : {size_t{0}, size_t{8}, size_t{12}, size_t{16}, size_t{24}, size_t{40}, original.size() - 3}) {
+    std::string flipped = original;
+    flipped[at] = static_cast<char>(flipped[at] ^ 0x40);
+    damaged.push_back(flipped);
+  }
+  std::string huge_count = original;
+  huge_count[31] = '\x7f';
+  damaged.push_back(huge_count);
+  for (size_t i = 0; i < damaged.size(); ++i) {
+    SCOPED_TRACE(i);
+    std::ofstream(cache_file, std::ios::binary | std::ios::trunc) << damaged[i];
+    const Dataset d = load_dataset(file, "", 0.0, tok, cache);
+    EXPECT_EQ(d.train, good.train);
+    EXPECT_THAT(d.train_source, ::testing::Not(HasSubstr("cached")));
+    EXPECT_EQ(slurp(cache_file), original);  // rewritten
+  }
+  // An id outside the vocabulary under a valid key and checksum is still refused (alphabet of 3).
+  const CharTokenizer small = CharTokenizer::from_corpus("abc");
+  const std::string abc = put("abc.txt", "abcabc");
+  load_dataset(abc, "", 0.0, small, cache);
+  std::string small_file;
+  for (const auto& f : cache_files(cache))
+    if (f != files[0]) small_file = (fs::path(cache) / f).string();
+  ASSERT_FALSE(small_file.empty());
+  std::string forged = slurp(small_file);
+  ASSERT_EQ(forged.size(), 40u + 4 * 6);
+  forged[32] = 5;  // id 0 -> 5
+  const uint64_t sum = hash64(std::string_view(forged).substr(32, 4 * 6));
+  for (int i = 0; i < 8; ++i) forged[56 + i] = static_cast<char>((sum >> (8 * i)) & 0xff);
+  std::ofstream(small_file, std::ios::binary | std::ios::trunc) << forged;
+  const Dataset d = load_dataset(abc, "", 0.0, small, cache);
+  EXPECT_THAT(d.train_source, ::testing::Not(HasSubstr("cached")));
+  EXPECT_EQ(d.train, (std::vector<TokenId>{0, 1, 2, 0, 1, 2}));
+  EXPECT_THAT(load_dataset(abc, "", 0.0, small, cache).train_source, HasSubstr("(cached)"));
+}
+
+TEST(DataHash, DeterministicAndSensitive) {
+  const std::string s = known_text(300);
+  EXPECT_EQ(hash64(s), hash64(std::string(s)));
+  std::set<uint64_t> seen;
+  for (size_t n = 0; n <= s.size(); ++n) seen.insert(hash64(std::string_view(s).substr(0, n)));
+  EXPECT_EQ(seen.size(), s.size() + 1);  // every prefix differs
+  for (size_t i = 0; i < s.size(); i += 7) {
+    std::string t = s;
+    t[i] = static_cast<char>(t[i] ^ 1);
+    EXPECT_NE(hash64(t), hash64(s)) << i;
+  }
+  EXPECT_NE(hash64(s, 1), hash64(s, 2));
+}
+
+// ---- the sampler ------------------------------------------------------------------------------
+
+std::vector<TokenId> iota_tokens(int n) {
+  std::vector<TokenId> t(n);
+  std::iota(t.begin(), t.end(), 0);
+  return t;
+}
+
+TEST(BatchSampler, WindowsAreShiftedByOneAndInBounds) {
+  const auto tokens = iota_tokens(1000);
+  const int64_t B = 4, T = 16;
+  BatchSampler s(tokens, B, T, 42, "train");
+  std::vector<TokenId> in(B * T), tgt(B * T);
+  for (int it = 0; it < 200; ++it) {
+    s.next(in.data(), tgt.data());
+    for (int64_t b = 0; b < B; ++b) {
+      const TokenId start = in[b * T];
+      ASSERT_GE(start, 0);
+      ASSERT_LE(start, 1000 - T - 1);
+      for (int64_t t = 0; t < T; ++t) {
+        ASSERT_EQ(in[b * T + t], start + t);       // a contiguous window
+        ASSERT_EQ(tgt[b * T + t], start + t + 1);  // the next token
+      }
+    }
+  }
+}
+
+TEST(BatchSampler, EveryStartIsReachableAndNoOther) {
+  const auto tokens = iota_tokens(10);
+  const int64_t T = 3;  // starts 0..6 (the last window's target is token 9)
+  BatchSampler s(tokens, 5, T, 7, "train");
+  std::vector<TokenId> in(5 * T), tgt(5 * T);
+  std::set<TokenId> starts;
+  for (int it = 0; it < 400; ++it) {
+    s.next(in.data(), tgt.data());
+    for (int b = 0; b < 5; ++b) starts.insert(in[b * T]);
+  }
+  EXPECT_EQ(starts, (std::set<TokenId>{0, 1, 2, 3, 4, 5, 6}));
+
+  // Exactly context + 1 tokens: one window.
+  const auto two = iota_tokens(4);
+  BatchSampler one(two, 2, 3, 1, "train");
+  one.next(in.data(), tgt.data());
+  EXPECT_EQ(std::vector<TokenId>(in.begin(), in.begin() + 6), (std::vector<TokenId>{0, 1, 2, 0, 1, 2}));
+  EXPECT_EQ(std::vector<TokenId>(tgt.begin(), tgt.begin() + 6), (std::vector<TokenId>{1, 2, 3, 1, 2, 3}));
+}
+
+TEST(BatchSampler, DeterministicBySeedAndStateRoundTrips) {
+  const auto tokens = iota_tokens(5000);
+  const int64_t B = 3, T = 8;
+  auto run = [&](BatchSampler& s, int n) {
+    std::vector<TokenId> all, in(B * T), tgt(B * T);
+    for (int i = 0; i < n; ++i) {
+      s.next(in.data(), tgt.data());
+      all.insert(all.end(), in.begin(), in.end());
+    }
+    return all;
+  };
+  BatchSampler a(tokens, B, T, 123, "train"), b(tokens, B, T, 123, "train"), c(tokens, B, T, 124, "train");
+  EXPECT_EQ(run(a, 10), run(b, 10));
+  EXPECT_NE(run(a, 10), run(c, 10));
+
+  // Save the position, continue; a sampler restored from the saved position continues identically.
+  BatchSampler d(tokens, B, T, 9, "train");
+  run(d, 5);
+  const std::array<uint64_t, 4> saved = d.state();
+  const auto expected = run(d, 7);
+  BatchSampler e(tokens, B, T, 999, "train");
+  e.set_state(saved);
+  EXPECT_EQ(e.state(), saved);
+  EXPECT_EQ(run(e, 7), expected);
+}
+
+TEST(BatchSampler, TooShortSplitNamesItAndBothNumbers) {
+  const auto tokens = iota_tokens(40);
+  try {
+    BatchSampler s(tokens, 4, 64, 1, "validation");
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "the validation split has 40 tokens; --context 64 needs at least 65");
+  }
+  const std::vector<TokenId> empty;
+  try {
+    BatchSampler s(empty, 1, 8, 1, "train");
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "the train split has 0 tokens; --context 8 needs at least 9");
+  }
+  EXPECT_THROW(BatchSampler(iota_tokens(64), 4, 64, 1, "train"), Error);  // 64 < 65
+  EXPECT_NO_THROW(BatchSampler(iota_tokens(65), 4, 64, 1, "train"));
+  EXPECT_THROW(BatchSampler(iota_tokens(65), 0, 8, 1, "train"), Error);
+}
+
+// ---- metrics ----------------------------------------------------------------------------------
+
+std::vector<nlohmann::json> read_jsonl(const std::string& text) {
+  std::vector<nlohmann::json> out;
+  size_t start = 0;
+  while (start < text.size()) {
+    const size_t nl = text.find('\n', start);
+    EXPECT_NE(nl, std::string::npos) << "every line ends with a newline";
+    if (nl == std::string::npos) break;
+    out.push_back(nlohmann::json::parse(text.substr(start, nl - start)));
+    start = nl + 1;
+  }
+  return out;
+}
+
+TEST_F(DataTest, MetricsAppendAndTruncate) {
+  const std::string m = path("metrics.jsonl");
+  truncate_metrics_after(m, 3);  // missing: fine, and nothing created
+  EXPECT_FALSE(fs::exists(m));
+  append_metrics(m, {{"event", "start"}, {"config", {{"d_model", 64}}}});
+  for (int step = 1; step <= 6; ++step) {
+    nlohmann::json r = {{"step", step}, {"train_loss", 5.0 - step * 0.5}};
+    if (step % 2 == 0) r["val_loss"] = 5.1 - step * 0.5;
+    append_metrics(m, r);
+  }
+  auto lines = read_jsonl(slurp(m));
+  ASSERT_EQ(lines.size(), 7u);
+  EXPECT_EQ(lines[3]["step"], 3);
+  EXPECT_DOUBLE_EQ(lines[3]["train_loss"].get<double>(), 3.5);
+
+  truncate_metrics_after(m, 4);
+  lines = read_jsonl(slurp(m));
+  ASSERT_EQ(lines.size(), 5u);  // the record without a step, and steps 1..4
+  EXPECT_EQ(lines[0]["event"], "start");
+  EXPECT_EQ(lines[4]["step"], 4);
+  EXPECT_FALSE(fs::exists(m + ".tmp"));
+  append_metrics(m, {{"step", 5}, {"train_loss", 1.0}});
+  EXPECT_EQ(read_jsonl(slurp(m)).size(), 6u);
+
+  // A run that died while writing its last line: that line goes.
+  std::ofstream(m, std::ios::app) << "{\"step\": 6, \"train_lo";
+  truncate_metrics_after(m, 100);
+  EXPECT_EQ(read_jsonl(slurp(m)).size(), 6u);
+  truncate_metrics_after(m, 0);
+  EXPECT_EQ(read_jsonl(slurp(m)).size(), 1u);
+
+  // A damaged line in the middle is an error naming the file and line.
+  put("bad.jsonl", "{\"step\": 1}\nnot json\n{\"step\": 2}\n");
+  try {
+    truncate_metrics_after(path("bad.jsonl"), 1);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr(path("bad.jsonl") + ":2:"));
+  }
+  EXPECT_THROW(append_metrics(path("no-such-folder/m.jsonl"), {{"step", 1}}), Error);
+}
+
+// ---- progress (plain format; nothing here is timed) -----------------------------------------------
+
+TEST(Progress, PlainLinesAndFormats) {
+  EXPECT_EQ(Progress::format_eta(62), "1:02");
+  EXPECT_EQ(Progress::format_eta(3723), "1:02:03");
+  EXPECT_EQ(Progress::format_eta(-1), "?");
+  EXPECT_EQ(Progress::format_rate(950), "950");
+  EXPECT_EQ(Progress::format_rate(41234), "41.2k");
+  EXPECT_EQ(Progress::format_rate(1234567), "1.23M");
+
+  Progress p(2000, /*force_plain=*/true);
+  EXPECT_FALSE(p.live());
+  EXPECT_EQ(p.plain_line(120, 2.3412346, 9.9e-4, 41234.4, 62.2),
+            "step 120/2000 loss 2.341235 lr 9.90e-04 tok/s 41234 eta 62s");
+  EXPECT_EQ(p.live_line(120, 2.3412346, 9.9e-4, 41234.4, 62.2),
+            "[#...................] step 120/2000 loss 2.3412 lr 9.9e-04 41.2k tok/s ETA 1:02");
+
+  testing::internal::CaptureStdout();
+  p.update(100, 3.0, 1e-3, 1000, 10.0);  // first update: no rate yet
+  p.message("step 100: val loss 3.1");
+  p.update(200, 2.5, 1e-3, 1000, 20.0);  // 10 s per 100 steps, 1800 steps left
+  p.finish();
+  EXPECT_EQ(testing::internal::GetCapturedStdout(),
+            "step 100/2000 loss 3.000000 lr 1.00e-03 tok/s 1000 eta ?\n"
+            "step 100: val loss 3.1\n"
+            "step 200/2000 loss 2.500000 lr 1.00e-03 tok/s 1000 eta 180s\n");
+}
+
+}  // namespace
+}  // namespace tformer
