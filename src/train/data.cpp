@@ -252,13 +252,19 @@ void BatchSampler::next(TokenId* inputs, TokenId* targets) {
 
 // ---- metrics.jsonl -------------------------------------------------------------------------------
 
-void append_metrics(const std::string& path, const nlohmann::json& record) {
-  const std::string line = record.dump() + "\n";
+namespace {
+void append_line(const std::string& path, const std::string& line) {
   std::FILE* f = std::fopen(path.c_str(), "ab");
   if (!f) fail("{}: cannot open for appending: {}", path, std::strerror(errno));
   const bool ok = std::fwrite(line.data(), 1, line.size(), f) == line.size() && std::fflush(f) == 0;
   const bool closed = std::fclose(f) == 0;
   if (!ok || !closed) fail("{}: write error", path);
+}
+}  // namespace
+
+void append_metrics(const std::string& path, const nlohmann::json& record) { append_line(path, record.dump() + "\n"); }
+void append_metrics(const std::string& path, const nlohmann::ordered_json& record) {
+  append_line(path, record.dump() + "\n");
 }
 
 void truncate_metrics_after(const std::string& path, int64_t step) {

@@ -388,8 +388,8 @@ void run_training(TrainOptions o, const std::string& resume_dir, const std::vect
 
   auto evaluate = [&](Progress& progress, double tokens_per_s, double elapsed) {
     const EvalResult e = s.evaluate();
-    nlohmann::json rec = {{"step", s.current_step()}, {"train_loss", e.train_loss}};
-    rec["val_loss"] = std::isnan(e.val_loss) ? nlohmann::json(nullptr) : nlohmann::json(e.val_loss);
+    nlohmann::ordered_json rec = {{"step", s.current_step()}, {"train_loss", e.train_loss}};
+    rec["val_loss"] = std::isnan(e.val_loss) ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(e.val_loss);
     rec["tokens_per_s"] = tokens_per_s;
     rec["elapsed_s"] = elapsed;
     append_metrics(metrics, rec);

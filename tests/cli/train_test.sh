@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# End-to-end checks of `tformer train` (ctest "cli.train", label cli):
+#   * 400 uninterrupted steps == 200 steps, then a resumed run killed with SIGKILL part-way, then
+#     resumed again to 400: the same loss at every step (the plain progress lines, one per step),
+#     the same metrics.jsonl and a byte-identical model file, at the same thread count;
+#   * the run folder's files, eval of the result, plot, generate with the trained model;
+#   * errors: an existing run without --resume, a bad flag value, a missing data file.
+#   tests/cli/train_test.sh PATH/TO/tformer
+set -uo pipefail
+tf="$1"
+here="$(cd "$(dirname "$0")/.." && pwd)"   # tests/
+tmp="${TFORMER_TEST_TMP:-$(mktemp -d)}"
+[[ -n "${TFORMER_TEST_TMP:-}" ]] || trap 'rm -rf "$tmp"' EXIT
+passed=0
+failed=0
+check() {  # check NAME COMMAND...: the command must succeed
+  local name="$1"; shift
+  if "$@"; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAILED: $name"; fi
+}
+
+data="$here/fixtures/tinyshakespeare_100k.txt"
+cat > "$tmp/tiny.json" <<'JSON'
+{"context_length": 32, "d_model": 32, "n_layers": 2, "n_heads": 4, "dropout": 0.1}
+JSON
+flags=(--data "$data" --val-fraction 0.1 --tokenizer char --config "$tmp/tiny.json" --batch 4 --context 32
+       --grad-accum 2 --lr 3e-3 --min-lr 3e-4 --warmup 20 --decay-steps 400 --eval-every 100 --eval-steps 2
+       --checkpoint-every 200 --log-every 1 --seed 5 --threads 2)
+
+# A: 400 steps in one go.
+"$tf" train "${flags[@]}" --out "$tmp/a" --steps 400 > "$tmp/a.log" 2>&1
+check "train exits 0" test $? -eq 0
+for f in model.safetensors checkpoint.safetensors metrics.jsonl; do
+  check "run folder has $f" test -s "$tmp/a/$f"
+done
+check "a token cache was written" compgen -G "$tmp/a/tokens-*.bin" > /dev/null
+check "metrics: step 0 and every 100 steps" test "$(grep -c '"val_loss"' "$tmp/a/metrics.jsonl")" -eq 5
+check "metrics have step, train_loss, val_loss" grep -q '"step":400,"train_loss":[0-9.]*,"val_loss":[0-9.]' "$tmp/a/metrics.jsonl"
+check "one progress line per step" test "$(grep -c '^step [0-9]*/400 loss' "$tmp/a.log")" -eq 400
+first=$(grep '^step 1/400 ' "$tmp/a.log" | awk '{print $4}')
+last=$(grep '^step 400/400 ' "$tmp/a.log" | awk '{print $4}')
+check "the loss fell (from $first to $last)" awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 0.5) }'
+
+# B: 200 steps, then a resumed run killed with SIGKILL once it is past step 250, then resumed again.
+"$tf" train "${flags[@]}" --out "$tmp/b" --steps 200 > "$tmp/b1.log" 2>&1
+check "first half exits 0" test $? -eq 0
+"$tf" train --resume "$tmp/b" --steps 400 > "$tmp/b2.log" 2>&1 &
+pid=$!
+for _ in $(seq 1 600); do
+  grep -q '^step 25[0-9]/400 ' "$tmp/b2.log" 2> /dev/null && break
+  kill -0 "$pid" 2> /dev/null || break
+  sleep 0.05
+done
+kill -9 "$pid" 2> /dev/null
+wait "$pid" 2> /dev/null
+check "the interrupted run got past step 250 and was killed before 400" \
+  bash -c "grep -q '^step 25[0-9]/400 ' '$tmp/b2.log' && ! grep -q '^step 400/400 ' '$tmp/b2.log'"
+"$tf" train --resume "$tmp/b" --steps 400 > "$tmp/b3.log" 2>&1
+check "resume exits 0" test $? -eq 0
+check "resume says where it starts" grep -q 'resumed at step 200' "$tmp/b3.log"
+grep -o '^step [0-9]*/400 loss [0-9.]*' "$tmp/a.log" > "$tmp/a.steps"
+cat "$tmp/b1.log" "$tmp/b3.log" | grep -o '^step [0-9]*/[0-9]* loss [0-9.]*' | sed 's|/200 |/400 |' > "$tmp/b.steps"
+check "every step's loss equals the uninterrupted run's" cmp -s "$tmp/a.steps" "$tmp/b.steps"
+check "metrics.jsonl equal apart from timings" cmp -s \
+  <(sed 's/,"tokens_per_s".*//' "$tmp/a/metrics.jsonl") <(sed 's/,"tokens_per_s".*//' "$tmp/b/metrics.jsonl")
+check "the final model is byte-identical" cmp -s "$tmp/a/model.safetensors" "$tmp/b/model.safetensors"
+tensors() {  # the data buffer of a safetensors file (the header names the run folder, which differs)
+  local n; n=$(od -An -tu8 -N8 "$1" | tr -d ' ')
+  tail -c +$((9 + n)) "$1"
+}
+check "the final checkpoint's tensors (weights, AdamW moments) are byte-identical" \
+  cmp -s <(tensors "$tmp/a/checkpoint.safetensors") <(tensors "$tmp/b/checkpoint.safetensors")
+
+# The trained model works with the other commands.
+"$tf" eval --model "$tmp/a/model.safetensors" --data "$data" --max-tokens 4000 > "$tmp/eval.txt"
+check "eval prints loss and perplexity" grep -q '^loss [0-9.]*  perplexity' "$tmp/eval.txt"
+"$tf" plot --run "$tmp/a" > /dev/null
+check "plot writes a PNG" bash -c "head -c 8 '$tmp/a/loss.png' | od -An -tx1 | grep -q '89 50 4e 47 0d 0a 1a 0a'"
+out=$("$tf" generate --model "$tmp/a/model.safetensors" --prompt "ROMEO:" --max-new-tokens 20 --seed 1)
+check "generate continues the prompt" test "${#out}" -gt 6
+
+# Errors: exit 1 with a message naming the problem.
+"$tf" train "${flags[@]}" --out "$tmp/a" --steps 10 > /dev/null 2> "$tmp/err.txt"; rc=$?
+check "an existing run is not overwritten" test "$rc" -eq 1
+check "... and the message says --resume" grep -q -- '--resume' "$tmp/err.txt"
+"$tf" train "${flags[@]}" --out "$tmp/c" --steps 10 --weight-decay -1 > /dev/null 2> "$tmp/err.txt"; rc=$?
+check "bad --weight-decay exits 1" test "$rc" -eq 1
+check "bad --weight-decay is named" grep -q -- '--weight-decay is -1' "$tmp/err.txt"
+"$tf" train --data "$tmp/none.txt" --out "$tmp/d" --steps 10 > /dev/null 2> "$tmp/err.txt"; rc=$?
+check "missing data exits 1" test "$rc" -eq 1
+check "missing data is named" grep -q none.txt "$tmp/err.txt"
+"$tf" train --resume "$tmp/b" --steps 400 > /dev/null 2> "$tmp/err.txt"; rc=$?
+check "resuming a finished run exits 1" test "$rc" -eq 1
+check "... naming the step" grep -q 'already holds step 400' "$tmp/err.txt"
+
+echo "$passed passed, $failed failed"
+test "$failed" -eq 0
