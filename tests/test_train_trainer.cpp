@@ -12,6 +12,7 @@
 #include <memory>
 #include <string>
 
+#include "alloc_counter.h"
 #include "tokenizer/char_tokenizer.h"
 #include "train/trainer.h"
 
@@ -218,6 +219,26 @@ TEST(Trainer, EvaluationIsDeterministicAndLeavesTrainingUntouched) {
   EXPECT_EQ(e1.val_loss, e2.val_loss);
   EXPECT_NE(e1.train_loss, e1.val_loss);
   EXPECT_EQ(a->step().loss, b->step().loss);  // evaluating drew nothing from the training sampler
+}
+
+// Nothing is allocated inside the step loop: after two warm-up steps (per-thread kernel scratch
+// grows to its size once), a whole step (micro-batches, forward, backward, clipping, AdamW)
+// makes no operator new call, for the tiled kernel, the reference kernel and the dropout path.
+// (OpenBLAS's own buffers come from malloc and are not counted; OpenBLAS allocates them once.)
+TEST(Trainer, AStepAllocatesNothing) {
+  const Fixture f = shakespeare();
+  for (const char* attention : {"tiled", "reference"})
+    for (double dropout : {0.0, 0.1}) {
+      TrainOptions o = small_options();
+      o.attention = attention;
+      auto s = make_session(f, o, dropout);
+      s->step();
+      s->step();
+      const int64_t before = g_allocations.load();
+      s->step();
+      s->step();
+      EXPECT_EQ(g_allocations.load() - before, 0) << attention << " dropout " << dropout;
+    }
 }
 
 TEST(TrainOptions, JsonRoundTripAndErrors) {

@@ -9,6 +9,8 @@
 // thread count.
 #include "kernels/attention.h"
 
+#include "core/scratch.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -66,8 +68,8 @@ void attention_forward(HeadsView<T> out, T* probs, HeadsView<const T> q, HeadsVi
   for (int64_t b = 0; b < s.batch; ++b) {
     for (int64_t h = 0; h < s.n_heads; ++h) {
       const int64_t g = h / group;  // the kv head this query head reads
-      std::vector<double> p(static_cast<size_t>(s.n_kv));
-      std::vector<double> acc(static_cast<size_t>(hd));
+      ScratchBuffer<double> p(0, static_cast<size_t>(s.n_kv));  // per-thread, reused across calls
+      ScratchBuffer<double> acc(1, static_cast<size_t>(hd));
       for (int64_t i = 0; i < s.n_q; ++i) {
         const T* qi = q.at(b, i, h);
         // Scores; a disallowed key gets -infinity before softmax (and is not read).
@@ -130,10 +132,10 @@ void attention_backward(HeadsView<T> dq, HeadsView<T> dk, HeadsView<T> dv, Heads
 #pragma omp parallel for collapse(2) schedule(static) if (parallel)
   for (int64_t b = 0; b < s.batch; ++b) {
     for (int64_t g = 0; g < s.n_kv_heads; ++g) {
-      std::vector<double> dk_acc(static_cast<size_t>(s.n_kv * hd), 0.0);
-      std::vector<double> dv_acc(static_cast<size_t>(s.n_kv * hd), 0.0);
-      std::vector<double> ds(static_cast<size_t>(s.n_kv));
-      std::vector<double> dq_acc(static_cast<size_t>(hd));
+      ScratchBuffer<double> dk_acc(0, static_cast<size_t>(s.n_kv * hd));  // per-thread, zeroed, reused
+      ScratchBuffer<double> dv_acc(1, static_cast<size_t>(s.n_kv * hd));
+      ScratchBuffer<double> ds(2, static_cast<size_t>(s.n_kv));
+      ScratchBuffer<double> dq_acc(3, static_cast<size_t>(hd));
       for (int64_t h = g * group; h < (g + 1) * group; ++h) {
         for (int64_t i = 0; i < s.n_q; ++i) {
           const T* prow = probs + ((b * s.n_heads + h) * s.n_q + i) * s.n_kv;

@@ -6,6 +6,8 @@
 // not depend on the thread count.
 #include "kernels/cross_entropy.h"
 
+#include "core/scratch.h"
+
 #include "core/error.h"
 
 #include <algorithm>
@@ -58,7 +60,7 @@ template <typename T>
 CrossEntropyResult cross_entropy_forward(T* row_loss, const T* logits, const TokenId* targets, int64_t rows,
                                          int64_t vocab, TokenId ignore_index) {
   check_targets("cross_entropy_forward", targets, rows, vocab, ignore_index);
-  std::vector<double> losses(static_cast<size_t>(rows), 0.0);
+  ScratchBuffer<double> losses(0, static_cast<size_t>(rows));  // [rows], reused: no allocation per step
 #pragma omp parallel for schedule(static) if (rows * vocab > kParallelElements)
   for (int64_t r = 0; r < rows; ++r) {
     if (targets[r] == ignore_index) continue;

@@ -52,6 +52,7 @@
 // value once for the whole group; the states are then merged per (batch, head) in chunk order.
 #include "kernels/flash_attention.h"
 #include "kernels/fast_math.h"
+#include "core/scratch.h"
 
 #include <omp.h>
 
@@ -375,8 +376,8 @@ void forward_tiled(const Ctx& c, HeadsView<T> out, T* lse, HeadsView<const T> q,
 
 #pragma omp parallel if (enough_work(s))
   {
-    std::vector<T> Qs(kBr * hdp), KT(hd * kBc), Vs(kBc * hdp), S(kBr * kBc), O(kBr * hdp), mrow(kBr), lrow(kBr),
-        bias(kBc);
+    ScratchBuffer<T> Qs(0, kBr * hdp), KT(1, hd * kBc), Vs(2, kBc * hdp), S(3, kBr * kBc), O(4, kBr * hdp),
+        mrow(5, kBr), lrow(6, kBr), bias(7, kBc);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < n_tasks; ++task) {
       const int64_t b = task / (H * nqb), h = (task / nqb) % H;
@@ -453,12 +454,12 @@ void forward_decode(const Ctx& c, HeadsView<T> out, T* lse, HeadsView<const T> q
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(hd)));
   const int64_t n_chunks = (s.n_kv + kDecodeChunk - 1) / kDecodeChunk;
   // Partial states per (b, h, chunk).
-  std::vector<T> pm(static_cast<size_t>(s.batch * H * n_chunks)), pl(pm.size()), pacc(pm.size() * hd);
+  ScratchBuffer<T> pm(0, static_cast<size_t>(s.batch * H * n_chunks)), pl(1, pm.size()), pacc(2, pm.size() * hd);
   const bool parallel = s.batch * H * s.n_kv * hd >= (int64_t(1) << 15);
 
 #pragma omp parallel if (parallel)
   {
-    std::vector<T> qs(group * hd), sc(group * kDecodeChunk), acc(group * hd);
+    ScratchBuffer<T> qs(3, group * hd), sc(4, group * kDecodeChunk), acc(5, group * hd);  // 0-2: above
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < s.batch * G * n_chunks; ++task) {
       const int64_t b = task / (G * n_chunks), g = (task / n_chunks) % G, ch = task % n_chunks;
@@ -580,9 +581,9 @@ void backward_dkdv(const Ctx& c, HeadsView<T> dk, HeadsView<T> dv, HeadsView<con
 
 #pragma omp parallel if (enough_work(s))
   {
-    std::vector<T> Ks(kBc * hdp), Vs(kBc * hdp), bias(kBc), QT(hd * kBr), Qs(kBr * hdp), dOT(hd * kBr),
-        dOs(kBr * hdp), lse_use(kBr), D(kBr), ST(kBc * kBr), dPT(kBc * kBr), dKa(kBc * hdp), dVa(kBc * hdp),
-        zeros(kBr, T(0));
+    ScratchBuffer<T> Ks(0, kBc * hdp), Vs(1, kBc * hdp), bias(2, kBc), QT(3, hd * kBr), Qs(4, kBr * hdp),
+        dOT(5, hd * kBr), dOs(6, kBr * hdp), lse_use(7, kBr), D(8, kBr), ST(9, kBc * kBr), dPT(10, kBc * kBr),
+        dKa(11, kBc * hdp), dVa(12, kBc * hdp), zeros(13, kBr, T(0));
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < n_tasks; ++task) {
       const int64_t b = task / (G * nkb), g = (task / nkb) % G, kb = task % nkb;
@@ -656,8 +657,8 @@ void backward_dq(const Ctx& c, HeadsView<T> dq, HeadsView<const T> dout, HeadsVi
 
 #pragma omp parallel if (enough_work(s))
   {
-    std::vector<T> Qs(kBr * hdp), dOs(kBr * hdp), lse_use(kBr), D(kBr), KT(hd * kBc), VT(hd * kBc), Ks(kBc * hdp),
-        S(kBr * kBc), dP(kBr * kBc), dQa(kBr * hdp), bias(kBc);
+    ScratchBuffer<T> Qs(0, kBr * hdp), dOs(1, kBr * hdp), lse_use(2, kBr), D(3, kBr), KT(4, hd * kBc),
+        VT(5, hd * kBc), Ks(6, kBc * hdp), S(7, kBr * kBc), dP(8, kBr * kBc), dQa(9, kBr * hdp), bias(10, kBc);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < n_tasks; ++task) {
       const int64_t b = task / (H * nqb), h = (task / nqb) % H, qb = nqb - 1 - task % nqb;

@@ -3,6 +3,8 @@
 // about 4e-3 rad.
 #include "kernels/rope.h"
 
+#include "core/scratch.h"
+
 #include <cmath>
 #include <vector>
 
@@ -31,7 +33,7 @@ void rotate(T* x, const int64_t* positions, int64_t n_tokens, int64_t n_heads, i
             const RopeParams& p, double sign) {
   check_rope_args(positions, n_tokens, n_heads, row_stride, p);
   const int64_t hd = p.head_dim, half = hd / 2;
-  std::vector<double> theta(static_cast<size_t>(half));
+  ScratchBuffer<double> theta(0, static_cast<size_t>(half));  // [half], reused: no allocation per call
   for (int64_t i = 0; i < half; ++i) {
     theta[i] = std::pow(p.base, -2.0 * static_cast<double>(i) / static_cast<double>(hd));
   }

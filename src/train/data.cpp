@@ -262,7 +262,6 @@ void append_line(const std::string& path, const std::string& line) {
 }
 }  // namespace
 
-void append_metrics(const std::string& path, const nlohmann::json& record) { append_line(path, record.dump() + "\n"); }
 void append_metrics(const std::string& path, const nlohmann::ordered_json& record) {
   append_line(path, record.dump() + "\n");
 }

@@ -93,8 +93,7 @@ class BatchSampler {
 };
 
 // Appends one JSON object as one line to path (created when missing) and flushes it.
-void append_metrics(const std::string& path, const nlohmann::json& record);
-// The same, keeping the record's keys in insertion order ("step" first).
+// Keys stay in insertion order ("step" first).
 void append_metrics(const std::string& path, const nlohmann::ordered_json& record);
 // Keeps only the lines whose "step" is <= step (lines without a numeric "step" are kept), rewriting
 // the file atomically; used on --resume so the log does not repeat steps. A missing file is fine. An

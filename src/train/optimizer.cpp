@@ -4,6 +4,8 @@
 // threads.
 #include "train/optimizer.h"
 
+#include "core/scratch.h"
+
 #include <algorithm>
 #include <cmath>
 #include <numbers>
@@ -113,7 +115,7 @@ double global_grad_norm(const Arena& grads) {
   const float* g = const_data(grads);  // [n]
   TF_CHECK(g != nullptr, "global_grad_norm: the gradient arena is not allocated");
   const int64_t n_pieces = (n + kPiece - 1) / kPiece;
-  std::vector<double> sums(static_cast<size_t>(n_pieces));  // [n_pieces], piece k's sum of squares
+  ScratchBuffer<double> sums(0, static_cast<size_t>(n_pieces));  // [n_pieces], piece k's sum of squares
 #pragma omp parallel for schedule(static) if (n > kParallelElements)
   for (int64_t k = 0; k < n_pieces; ++k) {
     const int64_t end = std::min(n, (k + 1) * kPiece);
@@ -127,7 +129,7 @@ double global_grad_norm(const Arena& grads) {
     sums[static_cast<size_t>(k)] = ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
   }
   double total = 0;
-  for (double s : sums) total += s;  // in piece order
+  for (int64_t k = 0; k < n_pieces; ++k) total += sums[static_cast<size_t>(k)];  // in piece order
   return std::sqrt(total);
 }
 
