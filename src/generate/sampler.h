@@ -48,7 +48,10 @@ class Sampler {
 
   SamplerConfig config_;
   Rng rng_;
+  void nucleus_by_histogram(int64_t vocab);
   std::vector<double> probs_;
+  std::vector<double> bucket_mass_;  // [4096] top-p histogram (reused, no allocation per token)
+  std::vector<uint16_t> keys_;       // [vocab] each token's bucket
   std::vector<std::pair<double, TokenId>> candidates_;
 };
 
