@@ -18,9 +18,11 @@ void register_train(CLI::App& app) {
   TrainOptions& o = st->o;
   auto* c = app.add_subcommand("train", "Train a decoder on a text file (AdamW, warmup + cosine, checkpoints)");
   c->add_option("--data", o.data, "Training text file");
-  c->add_option("--val-data", o.val_data, "Validation text file (default: the last --val-fraction of --data)");
+  auto* val_data =
+      c->add_option("--val-data", o.val_data, "Validation text file (default: the last --val-fraction of --data)");
   c->add_option("--val-fraction", o.val_fraction, "Fraction at the END of --data held out for validation")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->excludes(val_data);
   c->add_option("--tokenizer", o.tokenizer,
                 "char (the data's own bytes) | bpe:CODES | byte-bpe:VOCAB | gpt2 | tokenizer JSON | model .safetensors")
       ->capture_default_str();

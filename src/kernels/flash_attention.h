@@ -1,7 +1,10 @@
 // Tiled exact attention (FlashAttention's algorithm on the CPU): the same function as the
 // reference attention (kernels/attention.h), computed without materialising the n_q x n_kv score
 // matrix. Same views, shape and mask; same policies:
-//   * a disallowed key slot (future, past kv_len, padding) is never read, forward or backward;
+//   * a key slot past kv_len or marked padding is never read, forward or backward; a causally
+//     future slot is skipped with its whole key block, except inside the diagonal tile, where it
+//     is loaded and gets exactly zero weight (it holds a real key of the same chunk there; unlike
+//     the reference, a NaN planted in such a slot would propagate as 0 * NaN);
 //   * a query row with no allowed key gives a zero output and a zero gradient (never NaN), and its
 //     log-sum-exp is -infinity;
 //   * the backward ACCUMULATES (+=) into dq, dk, dv; dk and dv have the kv heads' shape

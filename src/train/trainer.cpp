@@ -170,7 +170,9 @@ TrainSession::TrainSession(TrainOptions options, const ModelConfig& config, std:
                                  AdamWConfig{options_.beta1, options_.beta2, options_.eps, options_.weight_decay});
   graph_ = std::make_unique<TrainGraph<float>>(c, options_.batch, context_, kernel);
   sampler_ = std::make_unique<BatchSampler>(data_.train, options_.batch, context_, options_.seed, "training");
-  if (!data_.val.empty())  // fails now, naming the numbers, rather than at the first evaluation
+  // A validation split that was asked for must hold one window: checked now, naming the numbers,
+  // rather than at the first evaluation (an empty split, e.g. a cut that left nothing, included).
+  if (!data_.val.empty() || !options_.val_data.empty() || options_.val_fraction > 0)
     BatchSampler(data_.val, options_.batch, context_, options_.seed, "validation");
   inputs_.resize(options_.batch * context_);
   targets_.resize(options_.batch * context_);
@@ -354,15 +356,20 @@ void run_training(TrainOptions o, const std::string& resume_dir, const std::vect
     set_num_threads(o.threads);
     if (fs::exists(fs::path(o.out) / "checkpoint.safetensors"))
       fail("{} already holds a training run; continue it with --resume {} or choose another --out", o.out, o.out);
-    fs::create_directories(o.out);
+    // Everything that can be checked is checked before the run folder is created, so a bad flag,
+    // config or file leaves nothing behind.
+    for (const std::string& f : {o.data, o.val_data})
+      if (!f.empty() && !fs::is_regular_file(f)) fail("{}: no such file", f);
     ModelConfig config = o.config.empty() ? ModelConfig{} : ModelConfig::from_file(o.config);
     auto tok = training_tokenizer(o);
     if (config.vocab_size == 0) config.vocab_size = tok->vocab_size();
     if (config.vocab_size != tok->vocab_size())
       fail("{}: vocab_size is {} but the tokenizer '{}' has {} tokens", o.config, config.vocab_size, o.tokenizer,
            tok->vocab_size());
-    if (o.context > 0 && o.context > config.context_length) config.context_length = o.context;
     config.validate();
+    if (o.context > config.context_length)
+      fail("--context {} exceeds the config's context_length {}", o.context, config.context_length);
+    fs::create_directories(o.out);
     Dataset data = load_dataset(o.data, o.val_data, o.val_fraction, *tok, o.out);
     session = std::make_unique<TrainSession>(o, config, std::move(tok), std::move(data));
     std::error_code ec;
@@ -386,10 +393,13 @@ void run_training(TrainOptions o, const std::string& resume_dir, const std::vect
              resuming ? fmt::format("; resumed at step {}", s.current_step()) : "");
   std::fflush(stdout);
 
+  StepResult last_step;
   auto evaluate = [&](Progress& progress, double tokens_per_s, double elapsed) {
     const EvalResult e = s.evaluate();
     nlohmann::ordered_json rec = {{"step", s.current_step()}, {"train_loss", e.train_loss}};
     rec["val_loss"] = std::isnan(e.val_loss) ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(e.val_loss);
+    rec["lr"] = last_step.lr;                // of the last step (0 before any)
+    rec["grad_norm"] = last_step.grad_norm;  // before clipping, of the last step
     rec["tokens_per_s"] = tokens_per_s;
     rec["elapsed_s"] = elapsed;
     append_metrics(metrics, rec);
@@ -399,6 +409,11 @@ void run_training(TrainOptions o, const std::string& resume_dir, const std::vect
                                        e.val_loss));
   };
   auto checkpoint = [&] {
+    // Never replace the last good checkpoint with weights an update made non-finite.
+    if (const std::string bad = first_non_finite(s.model().params()); !bad.empty())
+      fail("step {}: the weights hold a non-finite value after the update: {}; the last checkpoint ({}) is "
+           "intact",
+           s.current_step(), bad, ckpt);
     s.save_checkpoint(ckpt);
     s.save_model(model_path);
   };
@@ -407,12 +422,14 @@ void run_training(TrainOptions o, const std::string& resume_dir, const std::vect
   const auto t0 = Clock::now();
   if (!resuming && eval_every > 0) evaluate(progress, 0, 0);
   std::vector<double> step_seconds;
+  step_seconds.reserve(static_cast<size_t>(opt.steps));
   double window_seconds = 0;
   int64_t window_steps = 0;
   double train_seconds = 0;
   while (s.current_step() < opt.steps) {
     const auto ts = Clock::now();
     const StepResult r = s.step();
+    last_step = r;
     const double dt = seconds_since(ts);
     step_seconds.push_back(dt);
     train_seconds += dt;

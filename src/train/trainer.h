@@ -6,7 +6,8 @@
 //                                "optimizer.v.<name>") and, in __metadata__, "config", "tokenizer" and
 //                                "train_state" (JSON: step, optimizer steps, the data sampler's RNG
 //                                state, every training option)
-//   DIR/metrics.jsonl            one {"step", "train_loss", "val_loss", "tokens_per_s", "elapsed_s"} per evaluation
+//   DIR/metrics.jsonl            one {"step", "train_loss", "val_loss", "lr", "grad_norm",
+//                                "tokens_per_s", "elapsed_s"} per evaluation
 //   DIR/tokens-*.bin             the token cache (train/data.h)
 //
 // Determinism: everything random is a function of --seed: the initial weights, the sampler of
