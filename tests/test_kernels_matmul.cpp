@@ -1,14 +1,20 @@
 // BLAS gemm against the naive triple loop on odd shapes, every transpose combination and padded
-// leading dimensions; the matmul() view wrapper's values; and the linear layer's backward against
-// finite differences, with and without bias and with some gradients not requested.
+// leading dimensions; the matmul() view wrapper's values; our AVX-512 sgemm against the same loop
+// (edges in every dimension, several blocks of K, M and N, alpha and beta, NaN in C with beta 0)
+// and bit-identical across thread counts; and the linear layer's backward against finite
+// differences, with and without bias and with some gradients not requested.
 #include <gtest/gtest.h>
+#include <omp.h>
 
+#include <cmath>
+#include <cstring>
 #include <limits>
 #include <tuple>
 #include <vector>
 
 #include "core/threads.h"
 #include "kernels/matmul.h"
+#include "kernels/sgemm_avx512.h"
 #include "test_util.h"
 
 namespace tformer {
@@ -196,9 +202,186 @@ TEST(Gemm, OneAndTwoThreadsBothMatchTheNaiveLoop) {
   set_num_threads(0);
 }
 
+// ---- sgemm_avx512 -------------------------------------------------------------------------
+
+// One sgemm problem stored with padded leading dimensions: A's, B's padding holds NaN (reading it
+// would poison a result), C's padding holds a sentinel that must survive.
+struct PaddedGemm {
+  int64_t M, N, K;
+  bool ta, tb;
+  int64_t lda, ldb, ldc;
+  std::vector<float> A, B, C;
+  static constexpr float kSentinel = 12345.0f;
+
+  PaddedGemm(int64_t M_, int64_t N_, int64_t K_, bool ta_, bool tb_, int64_t pad, uint64_t seed)
+      : M(M_), N(N_), K(K_), ta(ta_), tb(tb_) {
+    const int64_t a_rows = ta ? K : M, a_cols = ta ? M : K, b_rows = tb ? N : K, b_cols = tb ? K : N;
+    lda = a_cols + pad;
+    ldb = b_cols + 2 * pad;
+    ldc = N + pad;
+    A = padded(random_values(a_rows * a_cols, seed), a_rows, a_cols, lda, std::numeric_limits<float>::quiet_NaN());
+    B = padded(random_values(b_rows * b_cols, seed + 1), b_rows, b_cols, ldb,
+               std::numeric_limits<float>::quiet_NaN());
+    C = padded(random_values(M * N, seed + 2), M, N, ldc, kSentinel);
+  }
+  static std::vector<float> padded(const std::vector<double>& v, int64_t rows, int64_t cols, int64_t ld, float pad) {
+    std::vector<float> out(static_cast<size_t>(std::max<int64_t>(rows * ld, 1)), pad);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) out[r * ld + c] = static_cast<float>(v[r * cols + c]);
+    return out;
+  }
+  float a(int64_t i, int64_t p) const { return ta ? A[p * lda + i] : A[i * lda + p]; }
+  float b(int64_t p, int64_t j) const { return tb ? B[j * ldb + p] : B[p * ldb + j]; }
+};
+
+// got (from C0) against gemm_naive: |got - ref| <= 2 eps (K + 2) (|alpha| sum_p |a_ip b_pj| +
+// |beta c0_ij|) + eps |ref|, the bound of a float32 accumulation of K products in any order plus
+// the naive loop's final rounding. C's padding must still hold the sentinel.
+::testing::AssertionResult matches_naive(const PaddedGemm& g, const std::vector<float>& C0,
+                                         const std::vector<float>& got, float alpha, float beta) {
+  std::vector<float> want = C0;
+  gemm_naive<float>(want.data(), g.ldc, g.A.data(), g.lda, g.ta, g.B.data(), g.ldb, g.tb, g.M, g.N, g.K, alpha, beta);
+  const double eps = std::numeric_limits<float>::epsilon();
+  for (int64_t i = 0; i < g.M; ++i) {
+    for (int64_t j = 0; j < g.N; ++j) {
+      double mag = 0;
+      for (int64_t p = 0; p < g.K; ++p) mag += std::abs(static_cast<double>(g.a(i, p)) * g.b(p, j));
+      const double c0 = beta == 0.0f ? 0.0 : std::abs(static_cast<double>(beta) * C0[i * g.ldc + j]);
+      const double x = got[i * g.ldc + j], r = want[i * g.ldc + j];
+      const double tol = 2 * eps * static_cast<double>(g.K + 2) * (std::abs(alpha) * mag + c0) + eps * std::abs(r);
+      if (!(std::abs(x - r) <= tol))
+        return ::testing::AssertionFailure() << "C(" << i << ", " << j << ") = " << x << ", naive " << r
+                                             << ", |diff| " << std::abs(x - r) << " > " << tol;
+    }
+    for (int64_t j = g.N; j < g.ldc; ++j)
+      if (got[i * g.ldc + j] != PaddedGemm::kSentinel)
+        return ::testing::AssertionFailure() << "wrote C's padding at (" << i << ", " << j << ")";
+  }
+  return ::testing::AssertionSuccess();
+}
+
+#define SKIP_WITHOUT_AVX512() \
+  if (!sgemm_avx512_compiled()) GTEST_SKIP() << "built without AVX-512: sgemm_avx512 is cblas_sgemm"
+
+// Every transpose combination on shapes with edges in every dimension (M not a multiple of the 14
+// micro-tile rows, N not of its 32 columns, K odd), including one K block (K <= 256) and two
+// (K = 500), several row blocks (M = 700 > 336) and several column blocks split by column
+// (N = 4500 > 4096, N > M); padded leading dimensions; alpha 1.5; beta 0 over NaN, 1 and -0.5.
+TEST(SgemmAvx512, MatchesNaiveLoopOnEveryTransposeAndEdge) {
+  SKIP_WITHOUT_AVX512();
+  const std::vector<std::tuple<int64_t, int64_t, int64_t>> shapes{
+      {1, 1, 1}, {7, 5, 3}, {17, 33, 65}, {129, 257, 31}, {300, 200, 500}, {700, 90, 40}, {3, 4500, 20}};
+  uint64_t seed = 100;
+  for (const auto& [M, N, K] : shapes)
+    for (bool ta : {false, true})
+      for (bool tb : {false, true})
+        for (float beta : {0.0f, 1.0f, -0.5f}) {
+          SCOPED_TRACE(::testing::Message() << M << "x" << N << "x" << K << " ta=" << ta << " tb=" << tb
+                                            << " beta=" << beta);
+          PaddedGemm g(M, N, K, ta, tb, 3, seed += 3);
+          std::vector<float> C0 = g.C;
+          if (beta == 0.0f)  // beta 0 overwrites: NaN in C must not leak into the result
+            for (int64_t i = 0; i < M; ++i)
+              for (int64_t j = 0; j < N; ++j) C0[i * g.ldc + j] = std::numeric_limits<float>::quiet_NaN();
+          std::vector<float> got = C0;
+          sgemm_avx512(got.data(), g.ldc, g.A.data(), g.lda, ta, g.B.data(), g.ldb, tb, M, N, K, 1.5f, beta);
+          EXPECT_TRUE(matches_naive(g, C0, got, 1.5f, beta));
+        }
+}
+
+// Unpadded storage (ld = width exactly) and alpha 1, beta 0: the linear layer's three products.
+TEST(SgemmAvx512, MatchesNaiveLoopWithTightLeadingDimensions) {
+  SKIP_WITHOUT_AVX512();
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << "ta=" << ta << " tb=" << tb);
+      PaddedGemm g(45, 77, 290, ta, tb, 0, 7);
+      const std::vector<float> C0 = g.C;
+      std::vector<float> got = C0;
+      sgemm_avx512(got.data(), g.ldc, g.A.data(), g.lda, ta, g.B.data(), g.ldb, tb, g.M, g.N, g.K, 1.0f, 0.0f);
+      EXPECT_TRUE(matches_naive(g, C0, got, 1.0f, 0.0f));
+    }
+}
+
+// K == 0: C = beta * C (beta 0 clears, even NaN); M or N == 0: nothing is touched.
+TEST(SgemmAvx512, EmptyProducts) {
+  SKIP_WITHOUT_AVX512();
+  const float A[1] = {1.0f}, B[1] = {1.0f};
+  std::vector<float> C{2.0f, std::numeric_limits<float>::quiet_NaN(), -4.0f, 8.0f};
+  sgemm_avx512(C.data(), 2, A, 1, false, B, 2, false, 2, 2, 0, 1.0f, -0.5f);
+  EXPECT_EQ(C[0], -1.0f);
+  EXPECT_TRUE(std::isnan(C[1]));
+  EXPECT_EQ(C[3], -4.0f);
+  sgemm_avx512(C.data(), 2, A, 1, false, B, 2, false, 2, 2, 0, 1.0f, 0.0f);
+  EXPECT_EQ(C, (std::vector<float>{0, 0, 0, 0}));
+  std::vector<float> D{5.0f};
+  sgemm_avx512(D.data(), 1, A, 1, false, B, 1, false, 0, 1, 1, 1.0f, 0.0f);
+  sgemm_avx512(D.data(), 1, A, 1, false, B, 1, false, 1, 0, 1, 1.0f, 0.0f);
+  EXPECT_EQ(D[0], 5.0f);
+}
+
+// Each C element is one thread's fixed-order sum: 1 and 2 threads give the same bits, for a
+// split by rows (M >= N) and by columns (N > M), every transpose combination, beta 0 and 1.
+TEST(SgemmAvx512, OneAndTwoThreadsGiveIdenticalBits) {
+  SKIP_WITHOUT_AVX512();
+  for (auto [M, N, K] : {std::tuple<int64_t, int64_t, int64_t>{300, 200, 500}, {64, 1000, 300}})
+    for (bool ta : {false, true})
+      for (bool tb : {false, true})
+        for (float beta : {0.0f, 1.0f}) {
+          SCOPED_TRACE(::testing::Message() << M << "x" << N << "x" << K << " ta=" << ta << " tb=" << tb
+                                            << " beta=" << beta);
+          const PaddedGemm g(M, N, K, ta, tb, 1, 200);
+          std::vector<float> one = g.C, two = g.C;
+          omp_set_num_threads(1);
+          sgemm_avx512(one.data(), g.ldc, g.A.data(), g.lda, ta, g.B.data(), g.ldb, tb, M, N, K, 1.0f, beta);
+          omp_set_num_threads(2);
+          sgemm_avx512(two.data(), g.ldc, g.A.data(), g.lda, ta, g.B.data(), g.ldb, tb, M, N, K, 1.0f, beta);
+          EXPECT_EQ(std::memcmp(one.data(), two.data(), one.size() * sizeof(float)), 0);
+          EXPECT_TRUE(matches_naive(g, g.C, two, 1.0f, beta));
+        }
+  set_num_threads(0);
+}
+
+// gemm<float> on shapes large enough for the dispatch to pick our kernel (unless TFORMER_SGEMM
+// says otherwise): still the naive loop's result, every transpose combination.
+TEST(Gemm, LargeShapesMatchNaiveWhicheverKernelRuns) {
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << "ta=" << ta << " tb=" << tb);
+      const PaddedGemm g(260, 300, 270, ta, tb, 2, 300);
+      std::vector<float> got = g.C;
+      gemm<float>(got.data(), g.ldc, g.A.data(), g.lda, ta, g.B.data(), g.ldb, tb, g.M, g.N, g.K, 0.5f, 1.0f);
+      EXPECT_TRUE(matches_naive(g, g.C, got, 0.5f, 1.0f));
+    }
+}
+
 TEST(Blas, IsTheOpenMPBuild) {
   // Our loops and OpenBLAS must share one OpenMP pool; the pthread build would oversubscribe.
   EXPECT_EQ(blas_parallel_model(), 2) << "OpenBLAS config: " << blas_config();
+}
+
+// The few-row path (2..8 rows: batched decode) and its edges: rows in blocks of four plus a
+// remainder, output rows not a multiple of four, with and without bias, against the naive loop.
+TEST(Linear, FewRowsEqualTheNaiveProduct) {
+  for (int64_t n = 1; n <= 9; ++n)
+    for (int64_t out : {1, 3, 4, 5, 13})
+      for (int64_t in : {1, 7, 33})
+        for (bool bias : {false, true}) {
+          const std::vector<double> xd = random_values(n * in, 71 + n), Wd = random_values(out * in, 72 + out),
+                                    bd = random_values(out, 73);
+          std::vector<double> want(n * out);
+          gemm_naive<double>(want.data(), out, xd.data(), in, false, Wd.data(), in, true, n, out, in);
+          if (bias)
+            for (int64_t r = 0; r < n; ++r)
+              for (int64_t o = 0; o < out; ++o) want[r * out + o] += bd[o];
+          const std::vector<float> x(xd.begin(), xd.end()), W(Wd.begin(), Wd.end()), b(bd.begin(), bd.end());
+          std::vector<float> y(n * out, 1e30f);  // garbage: overwritten
+          linear_forward<float>(y.data(), x.data(), W.data(), bias ? b.data() : nullptr, n, in, out);
+          EXPECT_TRUE(all_close(y, want, 1e-5, 1e-5)) << "n " << n << " out " << out << " in " << in;
+          std::vector<double> yd(n * out, 1e30);
+          linear_forward<double>(yd.data(), xd.data(), Wd.data(), bias ? bd.data() : nullptr, n, in, out);
+          EXPECT_TRUE(all_close(yd, want, 1e-13, 1e-13)) << "n " << n << " out " << out << " in " << in;
+        }
 }
 
 TEST(Linear, BackwardMatchesFiniteDifferences) {

@@ -31,7 +31,7 @@ bool more_probable(const std::pair<double, TokenId>& a, const std::pair<double, 
 }
 }  // namespace
 
-void Sampler::candidates(const float* logits, int64_t vocab) {
+bool Sampler::candidates(const float* logits, int64_t vocab, bool materialize) {
   // Softmax at temperature t, in double, max-subtracted. The exponentials use a vectorisable exp
   // (relative error ~3e-16, kernels/fast_math.h) and eight interleaved partial sums.
   probs_.resize(vocab);
@@ -54,7 +54,9 @@ void Sampler::candidates(const float* logits, int64_t vocab) {
   const bool use_p = config_.top_p < 1.0;
   if (use_p && !use_k && vocab > 1) {
     nucleus_by_histogram(vocab);
-    return;
+    if (!materialize) return true;
+    nucleus_candidates(vocab);
+    return false;
   }
   if (use_p && !use_k && vocab > 1) {
     const double cutoff = (1.0 - config_.top_p) / static_cast<double>(vocab - 1);
@@ -100,6 +102,7 @@ void Sampler::candidates(const float* logits, int64_t vocab) {
     std::sort(candidates_.begin(), candidates_.end(), more_probable);
   }
   for (auto& c : candidates_) c.first /= kept;
+  return false;
 }
 
 // Top-p alone, in two linear passes instead of a selection over the whole vocabulary: bucket the
@@ -129,30 +132,59 @@ void Sampler::nucleus_by_histogram(int64_t vocab) {
     }
     taken += bucket_mass_[k];
   }
-  // The whole buckets above the boundary, then the boundary bucket's members in order.
-  for (int64_t i = 0; i < vocab; ++i)
-    if (keys_[i] > boundary) candidates_.emplace_back(p[i], static_cast<TokenId>(i));
-  const size_t whole = candidates_.size();
+  // The boundary bucket's members, most probable first, cut where the mass reaches top_p.
+  candidates_.clear();
   for (int64_t i = 0; i < vocab; ++i)
     if (keys_[i] == boundary) candidates_.emplace_back(p[i], static_cast<TokenId>(i));
-  std::sort(candidates_.begin() + static_cast<std::ptrdiff_t>(whole), candidates_.end(), more_probable);
-  size_t end = whole;
+  std::sort(candidates_.begin(), candidates_.end(), more_probable);
+  size_t end = 0;
   need -= taken;
+  double kept = taken;
   while (end < candidates_.size()) {
     need -= candidates_[end].first;
+    kept += candidates_[end].first;
     ++end;
     if (need <= 0) break;
   }
   candidates_.resize(end);
-  double kept = 0;
-  for (const auto& c : candidates_) kept += c.first;
-  for (auto& c : candidates_) c.first /= kept;
+  nucleus_boundary_ = boundary;
+  nucleus_mass_ = kept;
+}
+
+void Sampler::nucleus_candidates(int64_t vocab) {
+  // Every token of the buckets above the boundary (in id order), then the boundary's kept ones.
+  std::vector<std::pair<double, TokenId>> boundary_kept;
+  boundary_kept.swap(candidates_);
+  for (int64_t i = 0; i < vocab; ++i)
+    if (keys_[i] > nucleus_boundary_) candidates_.emplace_back(probs_[i], static_cast<TokenId>(i));
+  candidates_.insert(candidates_.end(), boundary_kept.begin(), boundary_kept.end());
+  for (auto& c : candidates_) c.first /= nucleus_mass_;
 }
 
 TokenId Sampler::sample(const float* logits, int64_t vocab) {
   TF_CHECK(vocab > 0, "sampler: empty vocabulary");
   if (config_.temperature == 0.0) return argmax(logits, vocab);
-  candidates(logits, vocab);
+  if (candidates(logits, vocab, /*materialize=*/false)) {
+    // Top-p alone: draw without building the kept list. Walk the whole buckets in id order
+    // (branch-free sums; the exit test is predictable), then the boundary's kept tokens; the
+    // same distribution as walking the materialised list, over the same kept set.
+    const double u = rng_.uniform_double() * nucleus_mass_;
+    const double* p = probs_.data();
+    double cum = 0;
+    int64_t last = -1;
+    for (int64_t i = 0; i < vocab; ++i) {
+      const bool whole = keys_[i] > nucleus_boundary_;
+      cum += whole ? p[i] : 0.0;
+      if (whole) last = i;
+      if (u < cum) return static_cast<TokenId>(i);
+    }
+    for (const auto& c : candidates_) {
+      cum += c.first;
+      last = c.second;
+      if (u < cum) return c.second;
+    }
+    return static_cast<TokenId>(last);  // rounding left u just above the total
+  }
   const double u = rng_.uniform_double();
   double cum = 0;
   for (const auto& c : candidates_) {

@@ -44,11 +44,16 @@ class Sampler {
  private:
   // Fills candidates_ with (probability, id) pairs of the kept tokens, most probable first,
   // probabilities renormalised to sum to 1.
-  void candidates(const float* logits, int64_t vocab);
+  // materialize = false lets the top-p-only path stop after finding the cut (returns true: sample
+  // then draws from probs_/keys_ and the boundary's kept tokens in candidates_).
+  bool candidates(const float* logits, int64_t vocab, bool materialize = true);
 
   SamplerConfig config_;
   Rng rng_;
-  void nucleus_by_histogram(int64_t vocab);
+  void nucleus_by_histogram(int64_t vocab);  // finds the cut: boundary bucket, kept mass
+  void nucleus_candidates(int64_t vocab);    // the kept list, normalised, for distribution()
+  int nucleus_boundary_ = 0;
+  double nucleus_mass_ = 1;
   std::vector<double> probs_;
   std::vector<double> bucket_mass_;  // [4096] top-p histogram (reused, no allocation per token)
   std::vector<uint16_t> keys_;       // [vocab] each token's bucket
