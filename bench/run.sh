@@ -6,7 +6,7 @@
 set -euo pipefail
 build=${1:-build}
 here="$(cd "$(dirname "$0")" && pwd)"
-for b in "$build"/bench/bench_kernels "$build"/bench/bench_attention; do
+for b in "$build"/bench/bench_kernels "$build"/bench/bench_gemm "$build"/bench/bench_attention; do
   [[ -x "$b" ]] || continue
   echo "== $(basename "$b")"
   "$b" --benchmark_repetitions=3 --benchmark_report_aggregates_only=true --benchmark_display_aggregates_only=true

@@ -264,13 +264,15 @@ struct PaddedGemm {
   if (!sgemm_avx512_compiled()) GTEST_SKIP() << "built without AVX-512: sgemm_avx512 is cblas_sgemm"
 
 // Every transpose combination on shapes with edges in every dimension (M not a multiple of the 14
-// micro-tile rows, N not of its 32 columns, K odd), including one K block (K <= 256) and two
-// (K = 500), several row blocks (M = 700 > 336) and several column blocks split by column
-// (N = 4500 > 4096, N > M); padded leading dimensions; alpha 1.5; beta 0 over NaN, 1 and -0.5.
+// micro-tile rows, N not of its 32 columns, K odd), including several K blocks (K = 1700 > 768),
+// several row blocks (M = 700: two thread slabs of 350 rows > 168) and several column blocks
+// (N = 4500 > 2048, one thread: under 1 MFLOP); padded leading dimensions; alpha 1.5; beta 0 over
+// NaN, 1 and -0.5.
 TEST(SgemmAvx512, MatchesNaiveLoopOnEveryTransposeAndEdge) {
   SKIP_WITHOUT_AVX512();
   const std::vector<std::tuple<int64_t, int64_t, int64_t>> shapes{
-      {1, 1, 1}, {7, 5, 3}, {17, 33, 65}, {129, 257, 31}, {300, 200, 500}, {700, 90, 40}, {3, 4500, 20}};
+      {1, 1, 1}, {7, 5, 3}, {17, 33, 65}, {129, 257, 31}, {300, 200, 500}, {700, 90, 40}, {3, 4500, 20},
+      {40, 50, 1700}};
   uint64_t seed = 100;
   for (const auto& [M, N, K] : shapes)
     for (bool ta : {false, true})
@@ -303,7 +305,8 @@ TEST(SgemmAvx512, MatchesNaiveLoopWithTightLeadingDimensions) {
     }
 }
 
-// K == 0: C = beta * C (beta 0 clears, even NaN); M or N == 0: nothing is touched.
+// K == 0: C = beta * C (beta 0 clears, even NaN); M or N == 0: nothing is touched; alpha == 0:
+// C = beta * C without reading A or B (BLAS's rule: NaN there does not leak).
 TEST(SgemmAvx512, EmptyProducts) {
   SKIP_WITHOUT_AVX512();
   const float A[1] = {1.0f}, B[1] = {1.0f};
@@ -318,13 +321,18 @@ TEST(SgemmAvx512, EmptyProducts) {
   sgemm_avx512(D.data(), 1, A, 1, false, B, 1, false, 0, 1, 1, 1.0f, 0.0f);
   sgemm_avx512(D.data(), 1, A, 1, false, B, 1, false, 1, 0, 1, 1.0f, 0.0f);
   EXPECT_EQ(D[0], 5.0f);
+  const std::vector<float> nan_a(20 * 30, std::numeric_limits<float>::quiet_NaN()), b(30 * 40, 1.0f);
+  std::vector<float> E(20 * 40, 2.0f);
+  sgemm_avx512(E.data(), 40, nan_a.data(), 30, false, b.data(), 40, false, 20, 40, 30, 0.0f, 0.5f);
+  EXPECT_EQ(E, std::vector<float>(20 * 40, 1.0f));
 }
 
 // Each C element is one thread's fixed-order sum: 1 and 2 threads give the same bits, for a
-// split by rows (M >= N) and by columns (N > M), every transpose combination, beta 0 and 1.
+// split by rows (M >= N) and by columns (N > M), one and several K blocks, every transpose
+// combination, beta 0 and 1.
 TEST(SgemmAvx512, OneAndTwoThreadsGiveIdenticalBits) {
   SKIP_WITHOUT_AVX512();
-  for (auto [M, N, K] : {std::tuple<int64_t, int64_t, int64_t>{300, 200, 500}, {64, 1000, 300}})
+  for (auto [M, N, K] : {std::tuple<int64_t, int64_t, int64_t>{300, 200, 500}, {64, 1000, 300}, {150, 100, 1600}})
     for (bool ta : {false, true})
       for (bool tb : {false, true})
         for (float beta : {0.0f, 1.0f}) {

@@ -22,14 +22,13 @@ template <typename T>
 class ScratchBuffer {
  public:
   // Slot `slot` of this thread holding at least n elements, each set to `fill`.
-  ScratchBuffer(size_t slot, size_t n, T fill = T(0)) : n_(n) {
-    thread_local std::vector<std::vector<T, AlignedAllocator<T>>> slots;
-    if (slots.size() <= slot) slots.resize(slot + 1);
-    auto& b = slots[slot];
-    if (b.size() < n) b.resize(n);
-    data_ = b.data();
+  ScratchBuffer(size_t slot, size_t n, T fill = T(0)) : data_(acquire(slot, n)), n_(n) {
     std::fill_n(data_, n, fill);
   }
+  // The same slot left as the last user left it (or zero when new): for a buffer that the caller
+  // overwrites before reading, such as sgemm's packed panels, where filling would cost a pass.
+  struct Unfilled {};
+  ScratchBuffer(size_t slot, size_t n, Unfilled) : data_(acquire(slot, n)), n_(n) {}
   T* data() const { return data_; }
   size_t size() const { return n_; }
   T& operator[](size_t i) const { return data_[i]; }
@@ -37,6 +36,14 @@ class ScratchBuffer {
   T* end() const { return data_ + n_; }
 
  private:
+  static T* acquire(size_t slot, size_t n) {
+    thread_local std::vector<std::vector<T, AlignedAllocator<T>>> slots;
+    if (slots.size() <= slot) slots.resize(slot + 1);
+    auto& b = slots[slot];
+    if (b.size() < n) b.resize(n);
+    return b.data();
+  }
+
   T* data_;
   size_t n_;
 };
