@@ -131,6 +131,7 @@ void matmul(TensorView<T> C, TensorView<const T> A, TensorView<const T> B, bool 
 template <typename T>
 void linear_forward(T* y, const T* x, const T* W, const T* b, int64_t n, int64_t in, int64_t out) {
   if (b) {
+#pragma omp parallel for schedule(static) if (n * out >= (1 << 16))
     for (int64_t r = 0; r < n; ++r)
       for (int64_t o = 0; o < out; ++o) y[r * out + o] = b[o];
   }
@@ -209,8 +210,16 @@ void linear_backward(T* dx, T* dW, T* db, const T* dy, const T* x, const T* W, i
   if (dW) gemm<T>(dW, in, dy, out, true, x, in, false, out, in, n, T(1), T(1));
   // db[out] += sum over rows of dy
   if (db) {
-    for (int64_t r = 0; r < n; ++r)
-      for (int64_t o = 0; o < out; ++o) db[o] += dy[r * out + o];
+    // Column blocks in parallel; each column is summed over the rows in order by one thread, so
+    // the result does not depend on the thread count.
+    constexpr int64_t kCols = 64;
+    const int64_t blocks = (out + kCols - 1) / kCols;
+#pragma omp parallel for schedule(static) if (n * out >= (1 << 16))
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+      const int64_t o0 = blk * kCols, o1 = std::min(out, o0 + kCols);
+      for (int64_t r = 0; r < n; ++r)
+        for (int64_t o = o0; o < o1; ++o) db[o] += dy[r * out + o];
+    }
   }
 }
 
