@@ -4,25 +4,38 @@
 //
 // Tiles. A query block of kBr = 64 rows meets a key block of kBc = 64 keys. With head width 64 in
 // float, each tile operand is 64 x 64 x 4 B = 16 KB: the forward's working set per key block is
-// Q (16 KB, stays), K^T (16 KB), V (16 KB), the score tile S (16 KB) and the output accumulator O
-// (16 KB). The score product streams Q rows against K^T, the PV product P rows against V, so the
-// operand being reused (K^T or V, 16 KB) plus a few rows fits this Zen 5 core's 48 KB L1d, and the
-// whole working set (~80 KB, ~160 KB in the backward) sits in its 1 MB L2. Larger blocks would not
-// make the inner products faster (they are already L1-resident) but would leave fewer tasks for
-// load balancing under the causal mask; smaller ones would pay more per-block overhead (packing,
-// softmax bookkeeping) per FLOP.
+// Q^T (16 KB, stays), K (16 KB), V (16 KB), the score tile S^T (16 KB) and the output accumulator
+// O (16 KB). Each product streams rows of one operand against the other, reused one (16 KB), which
+// with a few rows fits this Zen 5 core's 48 KB L1d; the whole working set (~80 KB, ~160 KB in the
+// backward) sits in its 1 MB L2. Larger blocks would not make the inner products faster (they are
+// already L1-resident) but would leave fewer tasks for load balancing under the causal mask;
+// smaller ones would pay more per-block overhead (packing, softmax bookkeeping) per FLOP.
 //
-// Micro-kernel. Every product here is C[M x N] += A[M x K] B[K x N] on small packed row-major
-// tiles: kR = 8 rows by kC = 16 columns of C live in registers (8 zmm in float), the K loop
-// broadcasts one A element per row and loads one 16-wide B row: 8 independent FMA chains, enough
-// to cover the FMA latency on both pipes. Tiles are zero-padded to multiples of kR rows and kC
-// columns; padded keys are masked.
+// Micro-kernel. Every product here is C[M x N] (+)= op(A)[M x K] B[K x N] on small row-major
+// tiles: kR = 8 rows by 2 kC = 32 columns of C live in registers (16 zmm in float; a 16-column
+// kernel takes a remainder), the K loop broadcasts one A element per row and loads two 16-wide B
+// rows: 16 independent FMA chains, twice what covers the FMA latency on both pipes, at 10 loads
+// per 16 FMAs. op(A) is A or A^T read in place (a broadcast reads any address, so a transposed A
+// costs nothing), and the kernel either accumulates into C or overwrites it (no zero-fill pass
+// for the score tiles). That lets every tile keep the layout it is produced in, with one
+// transposing pack per task instead of per tile pair:
+//   forward   S^T = K (Q scale)^T against Q^T packed once per query block; the online softmax runs
+//             down the columns of S^T (16 queries per vector); O += P V reads P = (S^T)^T;
+//   pass 1    S = Q (K scale)^T and dP = dO V^T against K^T, V^T packed once per key block;
+//             dV += P^T dO and dK += dS^T Q read P and dS transposed (scale on dK at the end);
+//   pass 2    S^T and dP^T against Q^T, dO^T packed once per query block; dQ += dS K reads dS^T.
+// The row operands (K, V, Q, dO blocks) are read in place from the caller's tensors when nothing
+// needs padding or masking (full block, head width a multiple of kC, every key readable), else
+// packed; the next block's rows are prefetched into L2 meanwhile (their rows are a stride apart:
+// ~6% on the N = 16k backward, neutral below). Tiles are zero-padded to multiples of kR rows and
+// kC columns (queries to kC where they are a vector dimension); padded keys are masked. The backward computes lse-with-+inf and
+// D_i = dO_i . O_i once per query row (2 B n_heads n_q values) instead of once per tile pair.
 //
 // Vectorisation. GCC 12 did not vectorise the plain-C++ versions of the micro-kernel and of the
 // softmax loops well (it spilled the accumulators and left exp scalar: 11 GFLOP/s for the N = 1k
 // forward), so where the build has AVX-512 (__AVX512F__, the default -march=native build on this
-// Zen 5) the float micro-kernel, the masked row max, the exp-and-sum and the dS loops are written
-// with AVX-512 intrinsics (about 70 GFLOP/s). Every one has a plain C++ version, used for double
+// Zen 5) the float micro-kernel, the online-softmax column update and the dS loops are written
+// with AVX-512 intrinsics. Every one has a plain C++ version, used for double
 // and by any build without AVX-512 (-DTFORMER_NATIVE=OFF, x86-64-v2): same formulas, multiply-adds
 // fused with std::fma where the target has FMA (ISO mode does not contract a*b+c), results equal
 // up to the summation order of the row sums.
@@ -68,6 +81,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "core/error.h"
@@ -100,47 +114,51 @@ inline T fmadd(T a, T b, T c) {
 inline float exp_neg(float x) { return fast::exp_f(x); }
 inline double exp_neg(double x) { return std::exp(x); }
 
-// C[kR x kC] += A[kR x K] B[K x kC]; row strides ldc, lda, ldb.
-template <typename T>
-inline void micro_kernel(T* __restrict c, int64_t ldc, const T* __restrict a, int64_t lda, const T* __restrict b,
-                         int64_t ldb, int64_t K) {
-  T acc[kR][kC];
+// C[kR x NV kC] (+)= op(A)[kR x K] B[K x NV kC]; op(A)(r, k) = a[r * lda + k], or a[k * lda + r] when
+// TA (A stored transposed); C is overwritten instead of accumulated into when !ACC.
+template <typename T, bool TA, bool ACC, int NV>
+inline void micro_kernel_generic(T* __restrict c, int64_t ldc, const T* __restrict a, int64_t lda,
+                                 const T* __restrict b, int64_t ldb, int64_t K) {
+  constexpr int64_t W = kC * NV;
+  T acc[kR][W];
   for (int64_t r = 0; r < kR; ++r)
-    for (int64_t j = 0; j < kC; ++j) acc[r][j] = c[r * ldc + j];
+    for (int64_t j = 0; j < W; ++j) acc[r][j] = ACC ? c[r * ldc + j] : T(0);
   for (int64_t kk = 0; kk < K; ++kk) {
     const T* bk = b + kk * ldb;
     for (int64_t r = 0; r < kR; ++r) {
-      const T ar = a[r * lda + kk];
-      for (int64_t j = 0; j < kC; ++j) acc[r][j] = fmadd(ar, bk[j], acc[r][j]);
+      const T ar = TA ? a[kk * lda + r] : a[r * lda + kk];
+      for (int64_t j = 0; j < W; ++j) acc[r][j] = fmadd(ar, bk[j], acc[r][j]);
     }
   }
   for (int64_t r = 0; r < kR; ++r)
-    for (int64_t j = 0; j < kC; ++j) c[r * ldc + j] = acc[r][j];
+    for (int64_t j = 0; j < W; ++j) c[r * ldc + j] = acc[r][j];
 }
 
 // The hot loops of the softmax bookkeeping, generic (any T, any target) ...
 
-// Masks row sr[0, n) (key j allowed when j <= lim and bias[j] == 0; others -inf) and returns its max.
+// One key block of the forward's online softmax, on a transposed score tile st[nk keys x nq
+// queries] (row stride ld): key j is allowed for query i when ok[j] == 0 and i >= first + j.
+// Per query i: m_new = max(m[i], allowed scores), alpha[i] = exp(m[i] - m_new) (1 while m_new is
+// still -inf), the allowed scores replaced by exp(s - m_new) and the others by 0, l[i] = l[i] alpha
+// + their sum, m[i] = m_new.
 template <typename T>
-T mask_row_max(T* sr, const T* bias, int64_t n, int64_t lim) {
-  T mx = -kInf<T>;
-  for (int64_t j = 0; j < n; ++j) {
-    const T x = j <= lim ? sr[j] + bias[j] : -kInf<T>;
-    sr[j] = x;
-    mx = x > mx ? x : mx;
+void softmax_cols(T* st, int64_t ld, const T* ok, int64_t nk, int64_t nq, int64_t first, T* m, T* l, T* alpha) {
+  for (int64_t i = 0; i < nq; ++i) {
+    T mx = -kInf<T>;
+    for (int64_t j = 0; j < nk; ++j)
+      if (ok[j] == T(0) && i >= first + j) mx = st[j * ld + i] > mx ? st[j * ld + i] : mx;
+    const T mn = std::max(m[i], mx);
+    const T al = mn == -kInf<T> ? T(1) : exp_neg(m[i] - mn);
+    T sum = 0;
+    for (int64_t j = 0; j < nk; ++j) {
+      const T p = ok[j] == T(0) && i >= first + j ? exp_neg(st[j * ld + i] - mn) : T(0);
+      st[j * ld + i] = p;
+      sum += p;
+    }
+    alpha[i] = al;
+    l[i] = fmadd(l[i], al, sum);
+    m[i] = mn;
   }
-  return mx;
-}
-// sr[j] = exp(sr[j] - m); returns the sum.
-template <typename T>
-T exp_row_sum(T* sr, int64_t n, T m) {
-  T sum = 0;
-  for (int64_t j = 0; j < n; ++j) {
-    const T p = exp_neg(sr[j] - m);
-    sr[j] = p;
-    sum += p;
-  }
-  return sum;
 }
 // Backward: P = allowed ? exp(s - lse) : 0, then s = dS = P (dp - D). Element j is allowed when
 // first <= j <= lim and ok[j] == 0 (a bias), with lse and D per element (pass 1: a column of S^T)
@@ -162,12 +180,13 @@ void ds_line(const T* st, const T* dp, const T* ok, int64_t n, int64_t first, in
 #if defined(__AVX512F__)
 // ... and their AVX-512 float versions (n a multiple of 16). Same formulas; only the summation
 // order of the row sums differs from the generic loops.
+// exp of 16 lanes, x <= ~0 (-inf, or NaN from -inf - -inf, gives 0 or a value that the callers
+// mask): the same reduction and polynomial as fast::exp_f, with 2^n applied by vscalefps, which
+// needs no clamping of n (it underflows to 0 by itself), so the only guard is a floor on x.
 inline __m512 exp16(__m512 x) {
-  const __m512 lo = _mm512_set1_ps(-87.0f);
-  const __mmask16 keep = _mm512_cmp_ps_mask(x, lo, _CMP_GT_OQ);
-  const __m512 xc = _mm512_min_ps(_mm512_max_ps(x, lo), _mm512_set1_ps(88.0f));
-  const __m512 n = _mm512_roundscale_ps(_mm512_fmadd_ps(xc, _mm512_set1_ps(1.44269504088896341f), _mm512_set1_ps(0.5f)),
-                                        _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  const __m512 xc = _mm512_max_ps(x, _mm512_set1_ps(-120.0f));  // (NaN gives -120 too)
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-0.693359375f), xc);
   r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);
   __m512 p = _mm512_set1_ps(1.0f / 5040.0f);
@@ -178,8 +197,7 @@ inline __m512 exp16(__m512 x) {
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-  return _mm512_maskz_mov_ps(keep, _mm512_mul_ps(p, _mm512_castsi512_ps(e)));
+  return _mm512_scalef_ps(p, n);
 }
 
 // Lanes j0 + 0..15 with first <= j <= lim, as a mask (first, lim clamped into int32 range).
@@ -192,36 +210,37 @@ inline __mmask16 range_mask(int64_t j0, int64_t first, int64_t lim) {
 }
 
 template <>
-inline float mask_row_max<float>(float* sr, const float* bias, int64_t n, int64_t lim) {
+inline void softmax_cols<float>(float* st, int64_t ld, const float* ok, int64_t nk, int64_t nq, int64_t first,
+                                float* m, float* l, float* alpha) {
   const __m512 ninf = _mm512_set1_ps(-kInf<float>);
-  __m512 mx = ninf;
-  for (int64_t j = 0; j < n; j += 16) {
-    const __mmask16 in = range_mask(j, 0, lim);
-    const __m512 x = _mm512_mask_add_ps(ninf, in, _mm512_loadu_ps(sr + j), _mm512_loadu_ps(bias + j));
-    _mm512_storeu_ps(sr + j, x);
-    mx = _mm512_max_ps(mx, x);
+  const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  bool all_ok = first + nk - 1 <= 0;  // every (query >= 0, key) pair passes the causal test
+  for (int64_t j = 0; j < nk && all_ok; ++j) all_ok = ok[j] == 0.0f;
+  const int64_t f0 = std::clamp<int64_t>(first, -(int64_t(1) << 24), int64_t(1) << 24);
+  for (int64_t i = 0; i < nq; i += 16) {
+    const __m512i idx = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int32_t>(i)), lane);
+    auto allowed = [&](int64_t j) -> __mmask16 {
+      if (all_ok) return 0xFFFF;
+      if (ok[j] != 0.0f) return 0;
+      return _mm512_cmpge_epi32_mask(idx, _mm512_set1_epi32(static_cast<int32_t>(f0 + j)));
+    };
+    __m512 mx = ninf;
+    for (int64_t j = 0; j < nk; ++j) mx = _mm512_mask_max_ps(mx, allowed(j), mx, _mm512_loadu_ps(st + j * ld + i));
+    const __m512 mo = _mm512_loadu_ps(m + i);
+    const __m512 mn = _mm512_max_ps(mo, mx);
+    const __mmask16 none = _mm512_cmp_ps_mask(mn, ninf, _CMP_EQ_OQ);
+    const __m512 al = _mm512_mask_mov_ps(exp16(_mm512_sub_ps(mo, mn)), none, _mm512_set1_ps(1.0f));
+    __m512 sum = _mm512_setzero_ps();
+    for (int64_t j = 0; j < nk; ++j) {
+      float* sj = st + j * ld + i;
+      const __m512 p = _mm512_maskz_mov_ps(allowed(j), exp16(_mm512_sub_ps(_mm512_loadu_ps(sj), mn)));
+      _mm512_storeu_ps(sj, p);
+      sum = _mm512_add_ps(sum, p);
+    }
+    _mm512_storeu_ps(alpha + i, al);
+    _mm512_storeu_ps(l + i, _mm512_fmadd_ps(_mm512_loadu_ps(l + i), al, sum));
+    _mm512_storeu_ps(m + i, mn);
   }
-  alignas(64) float t[16];
-  _mm512_store_ps(t, mx);
-  float r = t[0];
-  for (int i = 1; i < 16; ++i) r = t[i] > r ? t[i] : r;
-  return r;
-}
-
-template <>
-inline float exp_row_sum<float>(float* sr, int64_t n, float m) {
-  const __m512 mv = _mm512_set1_ps(m);
-  __m512 sum = _mm512_setzero_ps();
-  for (int64_t j = 0; j < n; j += 16) {
-    const __m512 p = exp16(_mm512_sub_ps(_mm512_loadu_ps(sr + j), mv));
-    _mm512_storeu_ps(sr + j, p);
-    sum = _mm512_add_ps(sum, p);
-  }
-  alignas(64) float t[16];  // (GCC 12's _mm512_reduce_* trip -Wmaybe-uninitialized)
-  _mm512_store_ps(t, sum);
-  float r = 0;
-  for (int i = 0; i < 16; ++i) r += t[i];
-  return r;
 }
 
 template <>
@@ -240,42 +259,56 @@ inline void ds_line<float>(const float* st, const float* dp, const float* ok, in
   }
 }
 
-// C[kR x 16] += A[kR x K] B[K x 16] in registers.
-template <>
-inline void micro_kernel<float>(float* __restrict c, int64_t ldc, const float* __restrict a, int64_t lda,
-                                const float* __restrict b, int64_t ldb, int64_t K) {
+// C[kR x 16 NV] (+)= op(A)[kR x K] B[K x 16 NV] in registers (8 NV accumulators).
+template <bool TA, bool ACC, int NV>
+inline void micro_kernel_f32(float* __restrict c, int64_t ldc, const float* __restrict a, int64_t lda,
+                             const float* __restrict b, int64_t ldb, int64_t K) {
   static_assert(kC == 16 && kR == 8);
-  __m512 c0 = _mm512_loadu_ps(c), c1 = _mm512_loadu_ps(c + ldc), c2 = _mm512_loadu_ps(c + 2 * ldc),
-         c3 = _mm512_loadu_ps(c + 3 * ldc), c4 = _mm512_loadu_ps(c + 4 * ldc), c5 = _mm512_loadu_ps(c + 5 * ldc),
-         c6 = _mm512_loadu_ps(c + 6 * ldc), c7 = _mm512_loadu_ps(c + 7 * ldc);
+  __m512 acc[kR][NV];
+#pragma GCC unroll 8
+  for (int r = 0; r < kR; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) acc[r][v] = ACC ? _mm512_loadu_ps(c + r * ldc + 16 * v) : _mm512_setzero_ps();
   for (int64_t kk = 0; kk < K; ++kk) {
-    const __m512 bk = _mm512_loadu_ps(b + kk * ldb);
-    const float* ak = a + kk;
-    c0 = _mm512_fmadd_ps(_mm512_set1_ps(ak[0]), bk, c0);
-    c1 = _mm512_fmadd_ps(_mm512_set1_ps(ak[lda]), bk, c1);
-    c2 = _mm512_fmadd_ps(_mm512_set1_ps(ak[2 * lda]), bk, c2);
-    c3 = _mm512_fmadd_ps(_mm512_set1_ps(ak[3 * lda]), bk, c3);
-    c4 = _mm512_fmadd_ps(_mm512_set1_ps(ak[4 * lda]), bk, c4);
-    c5 = _mm512_fmadd_ps(_mm512_set1_ps(ak[5 * lda]), bk, c5);
-    c6 = _mm512_fmadd_ps(_mm512_set1_ps(ak[6 * lda]), bk, c6);
-    c7 = _mm512_fmadd_ps(_mm512_set1_ps(ak[7 * lda]), bk, c7);
+    __m512 bk[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) bk[v] = _mm512_loadu_ps(b + kk * ldb + 16 * v);
+    const float* ak = TA ? a + kk * lda : a + kk;
+#pragma GCC unroll 8
+    for (int r = 0; r < kR; ++r) {
+      const __m512 ar = _mm512_set1_ps(TA ? ak[r] : ak[r * lda]);
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(ar, bk[v], acc[r][v]);
+    }
   }
-  _mm512_storeu_ps(c, c0);
-  _mm512_storeu_ps(c + ldc, c1);
-  _mm512_storeu_ps(c + 2 * ldc, c2);
-  _mm512_storeu_ps(c + 3 * ldc, c3);
-  _mm512_storeu_ps(c + 4 * ldc, c4);
-  _mm512_storeu_ps(c + 5 * ldc, c5);
-  _mm512_storeu_ps(c + 6 * ldc, c6);
-  _mm512_storeu_ps(c + 7 * ldc, c7);
+#pragma GCC unroll 8
+  for (int r = 0; r < kR; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) _mm512_storeu_ps(c + r * ldc + 16 * v, acc[r][v]);
 }
 #endif
 
-// C[M x N] += A[M x K] B[K x N], M a multiple of kR, N of kC.
-template <typename T>
+template <typename T, bool TA, bool ACC, int NV>
+inline void micro_kernel(T* c, int64_t ldc, const T* a, int64_t lda, const T* b, int64_t ldb, int64_t K) {
+#if defined(__AVX512F__)
+  if constexpr (std::is_same_v<T, float>) {
+    micro_kernel_f32<TA, ACC, NV>(c, ldc, a, lda, b, ldb, K);
+    return;
+  }
+#endif
+  micro_kernel_generic<T, TA, ACC, NV>(c, ldc, a, lda, b, ldb, K);
+}
+
+// C[M x N] (+)= op(A)[M x K] B[K x N], M a multiple of kR, N of kC; op and (+) as micro_kernel's.
+// Column strips of 2 kC (16 accumulators), a kC strip for the remainder.
+template <bool TA, bool ACC, typename T>
 void tile_gemm(T* c, int64_t ldc, const T* a, int64_t lda, const T* b, int64_t ldb, int64_t M, int64_t N, int64_t K) {
-  for (int64_t i = 0; i < M; i += kR)
-    for (int64_t j = 0; j < N; j += kC) micro_kernel(c + i * ldc + j, ldc, a + i * lda, lda, b + j, ldb, K);
+  for (int64_t i = 0; i < M; i += kR) {
+    const T* ai = TA ? a + i : a + i * lda;
+    int64_t j = 0;
+    for (; j + 2 * kC <= N; j += 2 * kC) micro_kernel<T, TA, ACC, 2>(c + i * ldc + j, ldc, ai, lda, b + j, ldb, K);
+    if (j < N) micro_kernel<T, TA, ACC, 1>(c + i * ldc + j, ldc, ai, lda, b + j, ldb, K);
+  }
 }
 
 template <typename T>
@@ -336,10 +369,79 @@ void pack_rows(T* dst, HeadsView<const T> x, int64_t b, int64_t h, int64_t t0, i
   }
 }
 
+// The same rows as a row-major operand of n_p rows of hdp: in place (row stride x.stride_t) when
+// there is nothing to pad or mask (n == n_p, hd == hdp, every row readable), else packed into buf.
+template <typename T>
+const T* rows_operand(T* buf, int64_t& ld, HeadsView<const T> x, int64_t b, int64_t h, int64_t t0, int64_t n,
+                      int64_t n_p, int64_t hd, int64_t hdp, const T* bias, bool all_readable) {
+  if (n == n_p && hd == hdp && all_readable) {
+    ld = x.stride_t;
+    return x.at(b, t0, h);
+  }
+  pack_rows<T>(buf, x, b, h, t0, n, n_p, hd, hdp, T(1), bias);
+  ld = hdp;
+  return buf;
+}
+
+#if defined(__AVX512F__)
+// pack_cols for float, n_p a multiple of 16: 16 rows x 16 elements at a time, transposed in
+// registers (pairs of rows interleaved by 1, then by 2 elements, then 128-bit lanes regrouped
+// twice), so the stores are whole 16-wide columns instead of single elements.
+inline void pack_cols_f32(float* dst, int64_t ld, HeadsView<const float> x, int64_t b, int64_t h, int64_t t0,
+                          int64_t n, int64_t n_p, int64_t hd, float mul, const float* bias) {
+  const __m512 m = _mm512_set1_ps(mul);
+  for (int64_t r0 = 0; r0 < n_p; r0 += 16) {
+    const float* src[16];
+    for (int i = 0; i < 16; ++i) {
+      const int64_t r = r0 + i;
+      src[i] = r < n && (!bias || bias[r] == 0.0f) ? x.at(b, t0 + r, h) : nullptr;
+    }
+    for (int64_t e = 0; e < hd; e += 16) {
+      const __mmask16 em = hd - e >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (hd - e)) - 1);
+      __m512 r[16], a[16];
+      for (int i = 0; i < 16; ++i)
+        r[i] = src[i] ? _mm512_mul_ps(_mm512_maskz_loadu_ps(em, src[i] + e), m) : _mm512_setzero_ps();
+      for (int i = 0; i < 16; i += 2) {
+        a[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        a[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+      }
+      // r[4q + c], lane L: rows 4q..4q+3 of column 4L + c.
+      for (int q = 0; q < 4; ++q) {
+        const __m512d lo = _mm512_castps_pd(a[4 * q]), hi = _mm512_castps_pd(a[4 * q + 1]);
+        const __m512d lo2 = _mm512_castps_pd(a[4 * q + 2]), hi2 = _mm512_castps_pd(a[4 * q + 3]);
+        r[4 * q + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(lo, lo2));
+        r[4 * q + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(lo, lo2));
+        r[4 * q + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(hi, hi2));
+        r[4 * q + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(hi, hi2));
+      }
+      for (int c = 0; c < 4; ++c) {
+        const __m512 t0v = _mm512_shuffle_f32x4(r[c], r[4 + c], 0x44), t1v = _mm512_shuffle_f32x4(r[c], r[4 + c], 0xEE);
+        const __m512 u0 = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0x44);
+        const __m512 u1 = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0xEE);
+        const __m512 col[4] = {_mm512_shuffle_f32x4(t0v, u0, 0x88), _mm512_shuffle_f32x4(t0v, u0, 0xDD),
+                               _mm512_shuffle_f32x4(t1v, u1, 0x88), _mm512_shuffle_f32x4(t1v, u1, 0xDD)};
+        for (int L = 0; L < 4; ++L) {
+          const int64_t j = e + 4 * L + c;
+          if (j < hd) _mm512_storeu_ps(dst + j * ld + r0, col[L]);
+        }
+      }
+    }
+  }
+}
+#endif
+
 // The same rows transposed: dst[hd x ld], column r = row t0 + r, columns n..n_p zero.
 template <typename T>
 void pack_cols(T* dst, int64_t ld, HeadsView<const T> x, int64_t b, int64_t h, int64_t t0, int64_t n, int64_t n_p,
                int64_t hd, T mul, const T* bias = nullptr) {
+#if defined(__AVX512F__)
+  if constexpr (std::is_same_v<T, float>) {
+    if (n_p % 16 == 0) {
+      pack_cols_f32(dst, ld, x, b, h, t0, n, n_p, hd, mul, bias);
+      return;
+    }
+  }
+#endif
   for (int64_t r = 0; r < n_p; ++r) {
     if (r < n && (!bias || bias[r] == T(0))) {
       const T* src = x.at(b, t0 + r, h);
@@ -348,6 +450,21 @@ void pack_cols(T* dst, int64_t ld, HeadsView<const T> x, int64_t b, int64_t h, i
       for (int64_t e = 0; e < hd; ++e) dst[e * ld + r] = T(0);
     }
   }
+}
+
+// Hints rows [t0, t0 + n) of head h of x into the cache: the next block's operand rows, a row
+// stride apart, which the hardware prefetchers do not run ahead of at large N.
+template <typename T>
+void prefetch_rows(HeadsView<const T> x, int64_t b, int64_t h, int64_t t0, int64_t n, int64_t hd) {
+#if defined(__AVX512F__)
+  const int64_t step = 64 / static_cast<int64_t>(sizeof(T));
+  for (int64_t r = 0; r < n; ++r) {
+    const char* src = reinterpret_cast<const char*>(x.at(b, t0 + r, h));
+    for (int64_t e = 0; e < hd; e += step) _mm_prefetch(src + e * sizeof(T), _MM_HINT_T1);
+  }
+#else
+  (void)x, (void)b, (void)h, (void)t0, (void)n, (void)hd;
+#endif
 }
 
 template <typename T>
@@ -376,55 +493,48 @@ void forward_tiled(const Ctx& c, HeadsView<T> out, T* lse, HeadsView<const T> q,
 
 #pragma omp parallel if (enough_work(s))
   {
-    ScratchBuffer<T> Qs(0, kBr * hdp), KT(1, hd * kBc), Vs(2, kBc * hdp), S(3, kBr * kBc), O(4, kBr * hdp),
-        mrow(5, kBr), lrow(6, kBr), bias(7, kBc);
+    using U = typename ScratchBuffer<T>::Unfilled;  // every tile below is written before it is read
+    ScratchBuffer<T> QT(0, hd * kBr, U{}), Ks(1, kBc * hdp, U{}), Vs(2, kBc * hdp, U{}), ST(3, kBc * kBr, U{}),
+        O(4, kBr * hdp, U{}), mrow(5, kBr, U{}), lrow(6, kBr, U{}), bias(7, kBc, U{}), alpha(8, kBr, U{});
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < n_tasks; ++task) {
       const int64_t b = task / (H * nqb), h = (task / nqb) % H;
       const int64_t qb = nqb - 1 - task % nqb;  // the causal mask makes later blocks heavier: start them first
       const int64_t g = h / c.group;
       const Seq sq = c.seq(b);
-      const int64_t i0 = qb * kBr, rows = std::min(kBr, s.n_q - i0), rows_p = round_up(rows, kR);
+      // Queries are the vector dimension of the transposed score tile: padded to kC.
+      const int64_t i0 = qb * kBr, rows = std::min(kBr, s.n_q - i0), rows_p = round_up(rows, kC);
 
-      pack_rows<T>(Qs.data(), q, b, h, i0, rows, rows_p, hd, hdp, scale);
+      pack_cols<T>(QT.data(), kBr, q, b, h, i0, rows, rows_p, hd, scale);
       zero(O.data(), rows_p * hdp);
-      std::fill(mrow.begin(), mrow.end(), -kInf<T>);
-      std::fill(lrow.begin(), lrow.end(), T(0));
+      std::fill(mrow.begin(), mrow.begin() + rows_p, -kInf<T>);
+      std::fill(lrow.begin(), lrow.begin() + rows_p, T(0));
 
       const int64_t kend = c.key_end(sq, i0 + rows);
       for (int64_t j0 = 0; j0 < kend; j0 += kBc) {
         const int64_t jn = std::min(kBc, kend - j0), cols_p = round_up(jn, kC);
-        if (key_bias(bias.data(), sq, j0, jn, cols_p) == 0) continue;
-        pack_cols<T>(KT.data(), kBc, k, b, g, j0, jn, cols_p, hd, T(1), bias.data());
-        pack_rows<T>(Vs.data(), v, b, g, j0, jn, cols_p, hd, hdp, T(1), bias.data());
-
-        for (int64_t r = 0; r < rows_p; ++r) zero(S.data() + r * kBc, cols_p);
-        tile_gemm(S.data(), kBc, Qs.data(), hdp, KT.data(), kBc, rows_p, cols_p, hd);
-
-        for (int64_t r = 0; r < rows_p; ++r) {
-          T* sr = S.data() + r * kBc;
-          if (r >= rows) {
-            zero(sr, cols_p);
-            continue;
-          }
-          // Local key j is allowed for this row when j <= lim (causal) and bias[j] == 0.
-          const int64_t lim = c.m.causal ? sq.off + i0 + r - j0 : cols_p;
-          const T mx = mask_row_max(sr, bias.data(), cols_p, lim);
-          if (mx == -kInf<T>) {  // nothing allowed in this block for this row
-            zero(sr, cols_p);
-            continue;
-          }
-          const T m_new = std::max(mrow[r], mx);
-          const T alpha = exp_neg(mrow[r] - m_new);
-          const T sum = exp_row_sum(sr, cols_p, m_new);
-          lrow[r] = fmadd(lrow[r], alpha, sum);
-          mrow[r] = m_new;
-          if (alpha != T(1)) {
-            T* o = O.data() + r * hdp;
-            for (int64_t e = 0; e < hdp; ++e) o[e] *= alpha;
-          }
+        const int64_t n_ok = key_bias(bias.data(), sq, j0, jn, cols_p);
+        if (n_ok == 0) continue;
+        int64_t ldk, ldv;
+        const T* Kp = rows_operand<T>(Ks.data(), ldk, k, b, g, j0, jn, cols_p, hd, hdp, bias.data(), n_ok == jn);
+        const T* Vp = rows_operand<T>(Vs.data(), ldv, v, b, g, j0, jn, cols_p, hd, hdp, bias.data(), n_ok == jn);
+        if (j0 + kBc < kend) {
+          prefetch_rows<T>(k, b, g, j0 + kBc, std::min(kBc, kend - j0 - kBc), hd);
+          prefetch_rows<T>(v, b, g, j0 + kBc, std::min(kBc, kend - j0 - kBc), hd);
         }
-        tile_gemm(O.data(), hdp, S.data(), kBc, Vs.data(), hdp, rows_p, hdp, cols_p);
+
+        // S^T = K (Q scale)^T, then the softmax down its columns; local key j is allowed for
+        // local query i when i >= first + j (causal) and bias[j] == 0.
+        tile_gemm<false, false>(ST.data(), kBr, Kp, ldk, QT.data(), kBr, cols_p, rows_p, hd);
+        const int64_t first = c.m.causal ? j0 - sq.off - i0 : -(int64_t(1) << 40);
+        softmax_cols<T>(ST.data(), kBr, bias.data(), cols_p, rows_p, first, mrow.data(), lrow.data(), alpha.data());
+        for (int64_t r = 0; r < rows_p; ++r) {
+          if (alpha[r] == T(1)) continue;
+          T* o = O.data() + r * hdp;
+          const T al = alpha[r];
+          for (int64_t e = 0; e < hdp; ++e) o[e] *= al;
+        }
+        tile_gemm<true, true>(O.data(), hdp, ST.data(), kBr, Vp, ldv, rows_p, hdp, cols_p);  // O += P V
       }
 
       for (int64_t r = 0; r < rows; ++r) {
@@ -553,26 +663,38 @@ void forward_decode(const Ctx& c, HeadsView<T> out, T* lse, HeadsView<const T> q
 // ---------------------------------------------------------------------------------------------
 // Backward.
 
-// Per query block: lse (with -inf, a row without keys, turned into +inf so every exp gives 0) and
-// D_i = dO_i . O_i; padded rows get +inf and 0.
+// Per query row of the call, once: lse_use (the saved lse with -inf, a row without keys, turned
+// into +inf so every exp gives 0) and D_i = dO_i . O_i (0 for such a row); contiguous
+// [B, n_heads, n_q] like lse.
 template <typename T>
-void row_stats(T* lse_use, T* D, const T* lse, HeadsView<const T> dout, HeadsView<const T> out, int64_t b,
-               int64_t h, int64_t H, int64_t n_q, int64_t i0, int64_t rows, int64_t rows_p, int64_t hd) {
-  for (int64_t r = 0; r < rows_p; ++r) {
-    if (r < rows) {
-      const T l = lse[(b * H + h) * n_q + i0 + r];
-      lse_use[r] = l == -kInf<T> ? kInf<T> : l;
-      D[r] = lse_use[r] == kInf<T> ? T(0) : dot(dout.at(b, i0 + r, h), out.at(b, i0 + r, h), hd);
-    } else {
-      lse_use[r] = kInf<T>;
-      D[r] = T(0);
-    }
+void row_stats(const Ctx& c, T* lse_use, T* D, const T* lse, HeadsView<const T> dout, HeadsView<const T> out) {
+  const AttentionShape& s = c.s;
+  const int64_t H = s.n_heads, n = s.batch * H * s.n_q;
+#pragma omp parallel for schedule(static) if (enough_work(s))
+  for (int64_t x = 0; x < n; ++x) {
+    const int64_t b = x / (H * s.n_q), h = (x / s.n_q) % H, i = x % s.n_q;
+    const T l = lse[x];
+    lse_use[x] = l == -kInf<T> ? kInf<T> : l;
+    D[x] = l == -kInf<T> ? T(0) : dot(dout.at(b, i, h), out.at(b, i, h), c.hd);
   }
 }
 
+// The rows [i0, i0 + rows) of head h's stats into lse_p[rows_p], D_p[rows_p]; padded rows get +inf
+// and 0 (zero probability, zero gradient).
 template <typename T>
-void backward_dkdv(const Ctx& c, HeadsView<T> dk, HeadsView<T> dv, HeadsView<const T> dout, HeadsView<const T> out,
-                   const T* lse, HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v) {
+void block_stats(T* lse_p, T* D_p, const T* lse_use, const T* D, int64_t row0, int64_t rows, int64_t rows_p) {
+  for (int64_t r = 0; r < rows_p; ++r) {
+    lse_p[r] = r < rows ? lse_use[row0 + r] : kInf<T>;
+    D_p[r] = r < rows ? D[row0 + r] : T(0);
+  }
+}
+
+// Pass 1: dK, dV per key block. Row-major tiles S = Q (K scale)^T and dP = dO V^T against K^T
+// (times the scale) and V^T packed once per task, Q and dO read in place where nothing needs
+// padding; dV += P^T dO and dK += dS^T Q read P and dS transposed (the scale applied to dK once).
+template <typename T>
+void backward_dkdv(const Ctx& c, HeadsView<T> dk, HeadsView<T> dv, HeadsView<const T> dout, const T* lse_use,
+                   const T* Dall, HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v) {
   const AttentionShape& s = c.s;
   const int64_t hd = c.hd, hdp = c.hdp, H = s.n_heads, G = s.n_kv_heads;
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(hd)));
@@ -581,9 +703,10 @@ void backward_dkdv(const Ctx& c, HeadsView<T> dk, HeadsView<T> dv, HeadsView<con
 
 #pragma omp parallel if (enough_work(s))
   {
-    ScratchBuffer<T> Ks(0, kBc * hdp), Vs(1, kBc * hdp), bias(2, kBc), QT(3, hd * kBr), Qs(4, kBr * hdp),
-        dOT(5, hd * kBr), dOs(6, kBr * hdp), lse_use(7, kBr), D(8, kBr), ST(9, kBc * kBr), dPT(10, kBc * kBr),
-        dKa(11, kBc * hdp), dVa(12, kBc * hdp), zeros(13, kBr, T(0));
+    using U = typename ScratchBuffer<T>::Unfilled;  // every tile below is written before it is read
+    ScratchBuffer<T> KT(0, hd * kBc, U{}), VT(1, hd * kBc, U{}), bias(2, kBc, U{}), Qs(3, kBr * hdp, U{}),
+        dOs(4, kBr * hdp, U{}), lse_p(5, kBr, U{}), D(6, kBr, U{}), S(7, kBr * kBc, U{}), dP(8, kBr * kBc, U{}),
+        dKa(9, kBc * hdp, U{}), dVa(10, kBc * hdp, U{});
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < n_tasks; ++task) {
       const int64_t b = task / (G * nkb), g = (task / nkb) % G, kb = task % nkb;
@@ -592,8 +715,8 @@ void backward_dkdv(const Ctx& c, HeadsView<T> dk, HeadsView<T> dv, HeadsView<con
       if (j0 >= kend) continue;
       const int64_t jn = std::min(kBc, kend - j0), cols_p = round_up(jn, kC);
       if (key_bias(bias.data(), sq, j0, jn, cols_p) == 0) continue;
-      pack_rows<T>(Ks.data(), k, b, g, j0, jn, cols_p, hd, hdp, T(1), bias.data());
-      pack_rows<T>(Vs.data(), v, b, g, j0, jn, cols_p, hd, hdp, T(1), bias.data());
+      pack_cols<T>(KT.data(), kBc, k, b, g, j0, jn, cols_p, hd, scale, bias.data());  // the scale on K here
+      pack_cols<T>(VT.data(), kBc, v, b, g, j0, jn, cols_p, hd, T(1), bias.data());
       zero(dKa.data(), cols_p * hdp);
       zero(dVa.data(), cols_p * hdp);
       // The first query row that may see key j0.
@@ -602,33 +725,25 @@ void backward_dkdv(const Ctx& c, HeadsView<T> dk, HeadsView<T> dv, HeadsView<con
       for (int64_t h = g * c.group; h < (g + 1) * c.group; ++h) {
         for (int64_t qb = i_first / kBr; qb < nqb; ++qb) {
           const int64_t i0 = qb * kBr, rows = std::min(kBr, s.n_q - i0), rows_p = round_up(rows, kR);
-          pack_cols<T>(QT.data(), kBr, q, b, h, i0, rows, rows_p, hd, scale);
-          pack_rows<T>(Qs.data(), q, b, h, i0, rows, rows_p, hd, hdp, scale);
-          pack_cols<T>(dOT.data(), kBr, dout, b, h, i0, rows, rows_p, hd, T(1));
-          pack_rows<T>(dOs.data(), dout, b, h, i0, rows, rows_p, hd, hdp, T(1));
-          row_stats<T>(lse_use.data(), D.data(), lse, dout, out, b, h, H, s.n_q, i0, rows, rows_p, hd);
+          int64_t ldq, ldo;
+          const T* Qp = rows_operand<T>(Qs.data(), ldq, q, b, h, i0, rows, rows_p, hd, hdp, nullptr, true);
+          const T* dOp = rows_operand<T>(dOs.data(), ldo, dout, b, h, i0, rows, rows_p, hd, hdp, nullptr, true);
+          block_stats<T>(lse_p.data(), D.data(), lse_use, Dall, (b * H + h) * s.n_q + i0, rows, rows_p);
+          if (i0 + kBr < s.n_q) {
+            prefetch_rows<T>(q, b, h, i0 + kBr, std::min(kBr, s.n_q - i0 - kBr), hd);
+            prefetch_rows<T>(dout, b, h, i0 + kBr, std::min(kBr, s.n_q - i0 - kBr), hd);
+          }
 
-          for (int64_t j = 0; j < cols_p; ++j) {
-            zero(ST.data() + j * kBr, rows_p);
-            zero(dPT.data() + j * kBr, rows_p);
+          tile_gemm<false, false>(S.data(), kBc, Qp, ldq, KT.data(), kBc, rows_p, cols_p, hd);   // S
+          tile_gemm<false, false>(dP.data(), kBc, dOp, ldo, VT.data(), kBc, rows_p, cols_p, hd);  // dP
+          for (int64_t r = 0; r < rows_p; ++r) {
+            // Row r may read local key j when j <= lim and the key is readable.
+            const int64_t lim = c.m.causal ? sq.off + i0 + r - j0 : cols_p;
+            ds_line<T>(S.data() + r * kBc, dP.data() + r * kBc, bias.data(), cols_p, 0, lim, &lse_p[r], 0, &D[r], 0,
+                       /*dS*/ dP.data() + r * kBc, /*P*/ S.data() + r * kBc);
           }
-          tile_gemm(ST.data(), kBr, Ks.data(), hdp, QT.data(), kBr, cols_p, rows_p, hd);   // S^T
-          tile_gemm(dPT.data(), kBr, Vs.data(), hdp, dOT.data(), kBr, cols_p, rows_p, hd);  // dP^T
-          for (int64_t j = 0; j < cols_p; ++j) {
-            T* st = ST.data() + j * kBr;
-            T* dpt = dPT.data() + j * kBr;
-            // Row i (local) may read key j when i >= first, and the key is readable.
-            const int64_t first = c.m.causal ? j0 + j - sq.off - i0 : -1;
-            if (bias[j] != T(0)) {  // padding: P and dS are 0
-              zero(st, rows_p);
-              zero(dpt, rows_p);
-              continue;
-            }
-            ds_line<T>(st, dpt, zeros.data(), rows_p, first, rows_p, lse_use.data(), 1, D.data(), 1, /*dS*/ dpt,
-                       /*P*/ st);
-          }
-          tile_gemm(dVa.data(), hdp, ST.data(), kBr, dOs.data(), hdp, cols_p, hdp, rows_p);  // dV += P^T dO
-          tile_gemm(dKa.data(), hdp, dPT.data(), kBr, Qs.data(), hdp, cols_p, hdp, rows_p);  // dK += dS^T (Q scale)
+          tile_gemm<true, true>(dVa.data(), hdp, S.data(), kBc, dOp, ldo, cols_p, hdp, rows_p);  // dV += P^T dO
+          tile_gemm<true, true>(dKa.data(), hdp, dP.data(), kBc, Qp, ldq, cols_p, hdp, rows_p);  // dK += dS^T Q
         }
       }
       for (int64_t j = 0; j < jn; ++j) {
@@ -638,7 +753,7 @@ void backward_dkdv(const Ctx& c, HeadsView<T> dk, HeadsView<T> dv, HeadsView<con
         const T* a = dKa.data() + j * hdp;
         const T* bb = dVa.data() + j * hdp;
         for (int64_t e = 0; e < hd; ++e) {
-          dkj[e] += a[e];
+          dkj[e] += scale * a[e];
           dvj[e] += bb[e];
         }
       }
@@ -646,8 +761,10 @@ void backward_dkdv(const Ctx& c, HeadsView<T> dk, HeadsView<T> dv, HeadsView<con
   }
 }
 
+// Pass 2: dQ per query block. Transposed tiles S^T = K (Q scale)^T and dP^T = V dO^T against Q^T
+// and dO^T packed once per task; dQ += dS K reads dS transposed.
 template <typename T>
-void backward_dq(const Ctx& c, HeadsView<T> dq, HeadsView<const T> dout, HeadsView<const T> out, const T* lse,
+void backward_dq(const Ctx& c, HeadsView<T> dq, HeadsView<const T> dout, const T* lse_use, const T* Dall,
                  HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v) {
   const AttentionShape& s = c.s;
   const int64_t hd = c.hd, hdp = c.hdp, H = s.n_heads;
@@ -657,42 +774,51 @@ void backward_dq(const Ctx& c, HeadsView<T> dq, HeadsView<const T> dout, HeadsVi
 
 #pragma omp parallel if (enough_work(s))
   {
-    ScratchBuffer<T> Qs(0, kBr * hdp), dOs(1, kBr * hdp), lse_use(2, kBr), D(3, kBr), KT(4, hd * kBc),
-        VT(5, hd * kBc), Ks(6, kBc * hdp), S(7, kBr * kBc), dP(8, kBr * kBc), dQa(9, kBr * hdp), bias(10, kBc);
+    using U = typename ScratchBuffer<T>::Unfilled;  // every tile below is written before it is read
+    ScratchBuffer<T> QT(0, hd * kBr, U{}), dOT(1, hd * kBr, U{}), lse_p(2, kBr, U{}), D(3, kBr, U{}),
+        Ks(4, kBc * hdp, U{}), Vs(5, kBc * hdp, U{}), ST(6, kBc * kBr, U{}), dPT(7, kBc * kBr, U{}),
+        dQa(8, kBr * hdp, U{}), bias(9, kBc, U{}), zeros(10, kBr, T(0));
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < n_tasks; ++task) {
       const int64_t b = task / (H * nqb), h = (task / nqb) % H, qb = nqb - 1 - task % nqb;
       const int64_t g = h / c.group;
       const Seq sq = c.seq(b);
-      const int64_t i0 = qb * kBr, rows = std::min(kBr, s.n_q - i0), rows_p = round_up(rows, kR);
-      row_stats<T>(lse_use.data(), D.data(), lse, dout, out, b, h, H, s.n_q, i0, rows, rows_p, hd);
+      // Queries are the vector dimension of the transposed tiles: padded to kC.
+      const int64_t i0 = qb * kBr, rows = std::min(kBr, s.n_q - i0), rows_p = round_up(rows, kC);
+      block_stats<T>(lse_p.data(), D.data(), lse_use, Dall, (b * H + h) * s.n_q + i0, rows, rows_p);
       bool any_row = false;
-      for (int64_t r = 0; r < rows; ++r) any_row |= lse_use[r] != kInf<T>;
+      for (int64_t r = 0; r < rows; ++r) any_row |= lse_p[r] != kInf<T>;
       if (!any_row) continue;  // every row masked: zero gradient
-      pack_rows<T>(Qs.data(), q, b, h, i0, rows, rows_p, hd, hdp, scale);
-      pack_rows<T>(dOs.data(), dout, b, h, i0, rows, rows_p, hd, hdp, T(1));
+      pack_cols<T>(QT.data(), kBr, q, b, h, i0, rows, rows_p, hd, scale);
+      pack_cols<T>(dOT.data(), kBr, dout, b, h, i0, rows, rows_p, hd, T(1));
       zero(dQa.data(), rows_p * hdp);
 
       const int64_t kend = c.key_end(sq, i0 + rows);
       for (int64_t j0 = 0; j0 < kend; j0 += kBc) {
         const int64_t jn = std::min(kBc, kend - j0), cols_p = round_up(jn, kC);
-        if (key_bias(bias.data(), sq, j0, jn, cols_p) == 0) continue;
-        pack_cols<T>(KT.data(), kBc, k, b, g, j0, jn, cols_p, hd, T(1), bias.data());
-        pack_cols<T>(VT.data(), kBc, v, b, g, j0, jn, cols_p, hd, T(1), bias.data());
-        pack_rows<T>(Ks.data(), k, b, g, j0, jn, cols_p, hd, hdp, T(1), bias.data());
-        for (int64_t r = 0; r < rows_p; ++r) {
-          zero(S.data() + r * kBc, cols_p);
-          zero(dP.data() + r * kBc, cols_p);
+        const int64_t n_ok = key_bias(bias.data(), sq, j0, jn, cols_p);
+        if (n_ok == 0) continue;
+        int64_t ldk, ldv;
+        const T* Kp = rows_operand<T>(Ks.data(), ldk, k, b, g, j0, jn, cols_p, hd, hdp, bias.data(), n_ok == jn);
+        const T* Vp = rows_operand<T>(Vs.data(), ldv, v, b, g, j0, jn, cols_p, hd, hdp, bias.data(), n_ok == jn);
+        if (j0 + kBc < kend) {
+          prefetch_rows<T>(k, b, g, j0 + kBc, std::min(kBc, kend - j0 - kBc), hd);
+          prefetch_rows<T>(v, b, g, j0 + kBc, std::min(kBc, kend - j0 - kBc), hd);
         }
-        tile_gemm(S.data(), kBc, Qs.data(), hdp, KT.data(), kBc, rows_p, cols_p, hd);
-        tile_gemm(dP.data(), kBc, dOs.data(), hdp, VT.data(), kBc, rows_p, cols_p, hd);
-        for (int64_t r = 0; r < rows_p; ++r) {
-          T* sr = S.data() + r * kBc;
-          const T* dpr = dP.data() + r * kBc;
-          const int64_t lim = c.m.causal ? sq.off + i0 + r - j0 : cols_p;
-          ds_line<T>(sr, dpr, bias.data(), cols_p, 0, lim, &lse_use[r], 0, &D[r], 0, /*dS*/ sr, nullptr);
+        tile_gemm<false, false>(ST.data(), kBr, Kp, ldk, QT.data(), kBr, cols_p, rows_p, hd);    // S^T
+        tile_gemm<false, false>(dPT.data(), kBr, Vp, ldv, dOT.data(), kBr, cols_p, rows_p, hd);  // dP^T
+        for (int64_t j = 0; j < cols_p; ++j) {
+          T* dpt = dPT.data() + j * kBr;
+          if (bias[j] != T(0)) {  // padding: dS is 0
+            zero(dpt, rows_p);
+            continue;
+          }
+          // Local query i may read key j when i >= first.
+          const int64_t first = c.m.causal ? j0 + j - sq.off - i0 : -1;
+          ds_line<T>(ST.data() + j * kBr, dpt, zeros.data(), rows_p, first, rows_p, lse_p.data(), 1, D.data(), 1,
+                     /*dS*/ dpt, nullptr);
         }
-        tile_gemm(dQa.data(), hdp, S.data(), kBc, Ks.data(), hdp, rows_p, hdp, cols_p);
+        tile_gemm<true, true>(dQa.data(), hdp, dPT.data(), kBr, Kp, ldk, rows_p, hdp, cols_p);  // dQ += dS K
       }
       for (int64_t r = 0; r < rows; ++r) {
         T* dst = dq.at(b, i0 + r, h);
@@ -726,8 +852,12 @@ void flash_attention_backward(HeadsView<T> dq, HeadsView<T> dk, HeadsView<T> dv,
                               HeadsView<const T> v, const AttentionShape& s, const AttentionMask& m) {
   TF_CHECK(lse != nullptr, "flash_attention_backward: the saved log-sum-exp is required");
   const Ctx c = make_ctx(s, m);
-  backward_dkdv<T>(c, dk, dv, dout, out, lse, q, k, v);
-  backward_dq<T>(c, dq, dout, out, lse, q, k, v);
+  // The row statistics, shared by both passes (slot 15: the passes number theirs from 0).
+  const int64_t n_rows = s.batch * s.n_heads * s.n_q;
+  ScratchBuffer<T> stats(15, static_cast<size_t>(2 * n_rows), typename ScratchBuffer<T>::Unfilled{});
+  row_stats<T>(c, stats.data(), stats.data() + n_rows, lse, dout, out);
+  backward_dkdv<T>(c, dk, dv, dout, stats.data(), stats.data() + n_rows, q, k, v);
+  backward_dq<T>(c, dq, dout, stats.data(), stats.data() + n_rows, q, k, v);
 }
 
 int64_t flash_attention_workspace_bytes(const AttentionShape& s, int64_t elem_size, int threads, bool backward) {
@@ -740,12 +870,13 @@ int64_t flash_attention_workspace_bytes(const AttentionShape& s, int64_t elem_si
       const int64_t per_thread = group * hd * 2 + group * kDecodeChunk;
       return (partials + t * per_thread) * elem_size;
     }
-    const int64_t per_thread = kBr * hdp * 2 + hd * kBc + kBc * hdp + kBr * kBc + 2 * kBr + kBc;
+    const int64_t per_thread = hd * kBr + 2 * kBc * hdp + kBc * kBr + kBr * hdp + 3 * kBr + kBc;
     return t * per_thread * elem_size;
   }
-  const int64_t pass1 = 4 * kBc * hdp + kBc + 2 * hd * kBr + 2 * kBr * hdp + 2 * kBr + 2 * kBc * kBr;
-  const int64_t pass2 = 3 * kBr * hdp + 2 * kBr + 2 * hd * kBc + kBc * hdp + 2 * kBr * kBc + kBc;
-  return t * std::max(pass1, pass2) * elem_size;
+  const int64_t pass1 = 2 * hd * kBc + kBc + 2 * kBr * hdp + 2 * kBr + 2 * kBr * kBc + 2 * kBc * hdp;
+  const int64_t pass2 = 2 * hd * kBr + 2 * kBr + 2 * kBc * hdp + 2 * kBc * kBr + kBr * hdp + kBc + kBr;
+  const int64_t stats = 2 * s.batch * s.n_heads * s.n_q;  // lse_use and D per query row
+  return (t * std::max(pass1, pass2) + stats) * elem_size;
 }
 
 template void flash_attention_forward<float>(HeadsView<float>, float*, HeadsView<const float>,
