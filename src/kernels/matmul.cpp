@@ -204,11 +204,23 @@ void linear_forward(T* y, const T* x, const T* W, const T* b, int64_t n, int64_t
               acc[4 * i + 3] = _mm512_fmadd_ps(v3, u[i], acc[4 * i + 3]);
             }
           }
+          // Sixteen horizontal sums at once by a transposing tree (15 shuffle-adds instead of 16
+          // separate reductions): lane l of the result is the full sum of acc[l].
+          __m512 l1[8], l2[4], l3[2];
+          for (int i = 0; i < 8; ++i)
+            l1[i] = _mm512_add_ps(_mm512_unpacklo_ps(acc[2 * i], acc[2 * i + 1]),
+                                  _mm512_unpackhi_ps(acc[2 * i], acc[2 * i + 1]));
           for (int i = 0; i < 4; ++i) {
-            const float sums[4] = {_mm512_reduce_add_ps(acc[4 * i]), _mm512_reduce_add_ps(acc[4 * i + 1]),
-                                   _mm512_reduce_add_ps(acc[4 * i + 2]), _mm512_reduce_add_ps(acc[4 * i + 3])};
-            store(r + i, sums);
+            const __m512d a = _mm512_castps_pd(l1[2 * i]), b = _mm512_castps_pd(l1[2 * i + 1]);
+            l2[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)), _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
           }
+          for (int i = 0; i < 2; ++i)
+            l3[i] = _mm512_add_ps(_mm512_shuffle_f32x4(l2[2 * i], l2[2 * i + 1], 0x88),
+                                  _mm512_shuffle_f32x4(l2[2 * i], l2[2 * i + 1], 0xDD));
+          alignas(64) float sums[16];
+          _mm512_store_ps(sums, _mm512_add_ps(_mm512_shuffle_f32x4(l3[0], l3[1], 0x88),
+                                              _mm512_shuffle_f32x4(l3[0], l3[1], 0xDD)));
+          for (int i = 0; i < 4; ++i) store(r + i, sums + 4 * i);  // sums[4 i + j]: input row i, weight row j
         }
       }
 #endif
