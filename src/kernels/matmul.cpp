@@ -185,13 +185,13 @@ void linear_forward(T* y, const T* x, const T* W, const T* b, int64_t n, int64_t
           __m512 acc[16];
           for (auto& a : acc) a = _mm512_setzero_ps();
           const float* ahead = W + std::min(out - 1, o0 + 4 * kAhead) * in;  // [4 rows x in] kAhead blocks on
+          const int64_t groups = std::min<int64_t>(n / 4, 4), per_step = 4 / groups;
           for (int64_t k = 0; k < in; k += 16) {
-            if (r == 0) {
-              __builtin_prefetch(ahead + 4 * k);
-              __builtin_prefetch(ahead + 4 * k + 16);
-              __builtin_prefetch(ahead + 4 * k + 32);
-              __builtin_prefetch(ahead + 4 * k + 48);
-            }
+            // The block ahead (4 rows = 4 x in floats) is requested spread over the groups of
+            // four input rows, so memory keeps streaming while later groups compute from L1.
+            if (r / 4 < groups)
+              for (int64_t line = 0; line < per_step; ++line)
+                __builtin_prefetch(ahead + (r / 4) * (4 * in / groups) + per_step * k + 16 * line);
             const __mmask16 mk = in - k >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (in - k)) - 1);
             const __m512 v0 = _mm512_maskz_loadu_ps(mk, w0 + k), v1 = _mm512_maskz_loadu_ps(mk, w1 + k);
             const __m512 v2 = _mm512_maskz_loadu_ps(mk, w2 + k), v3 = _mm512_maskz_loadu_ps(mk, w3 + k);
