@@ -51,7 +51,7 @@ void ffn_branch(T* out, const T* u, int64_t rows, const BlockShape& s, const Blo
   linear_forward<T>(a.data(), u, w.w1, w.b1, rows, s.d_model, s.d_ff);
   if (s.activation == Activation::SwiGLU) {
     std::vector<T> b(rows * s.d_ff);
-    linear_forward<T>(b.data(), u, w.w3, nullptr, rows, s.d_model, s.d_ff);
+    linear_forward<T>(b.data(), u, w.w3, w.b3, rows, s.d_model, s.d_ff);
     swiglu_forward<T>(act.data(), a.data(), b.data(), rows * s.d_ff);
   } else {
     gelu_forward<T>(act.data(), a.data(), rows * s.d_ff,

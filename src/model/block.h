@@ -6,7 +6,7 @@
 //   post-LN (LN(x + F(x))):   h = norm_1(x + attn(x));   y = norm_2(h + ffn(h))
 //   attn(u) = wo( attention(rope(wq u), rope(wk u), wv u) ),  causal on absolute positions
 //   ffn(u)  = w2(act(w1 u + b1)) + b2            for gelu / gelu_tanh
-//           = w2(silu(w1 u) * (w3 u))            for swiglu
+//           = w2(silu(w1 u + b1) * (w3 u + b3)) + b2   for swiglu
 // Linear weights are [out, in] (torch.nn.Linear); biases are null when the block has none.
 #pragma once
 
@@ -46,6 +46,7 @@ struct BlockWeights {
   const T* w1 = nullptr;           // [d_ff, d_model]
   const T* w2 = nullptr;           // [d_model, d_ff]
   const T* w3 = nullptr;           // [d_ff, d_model] (swiglu only)
+  const T* b3 = nullptr;           // [d_ff] (swiglu with bias only)
   const T *b1 = nullptr, *b2 = nullptr;
 };
 

@@ -38,7 +38,7 @@ void declare_model_params(BasicArena<T>& params, const ModelConfig& c) {
     norm(layer_name(i, "ffn_norm"));
     linear(i, "ffn.w1", c.d_ff, d, c.bias);
     linear(i, "ffn.w2", d, c.d_ff, c.bias);
-    if (c.activation == Activation::SwiGLU) linear(i, "ffn.w3", c.d_ff, d, false);
+    if (c.activation == Activation::SwiGLU) linear(i, "ffn.w3", c.d_ff, d, c.bias);
   }
   if (c.norm_placement == NormPlacement::Pre) norm("norm");
   if (!c.tied_embeddings) params.add("output.weight", {c.vocab_size, d});
@@ -105,6 +105,7 @@ BlockWeights<float> Model::layer_weights(int64_t i) {
   w.w2 = p("ffn.w2.weight");
   w.b2 = p("ffn.w2.bias");
   w.w3 = p("ffn.w3.weight");
+  w.b3 = p("ffn.w3.bias");
   return w;
 }
 
@@ -197,7 +198,7 @@ void Model::ffn_sublayer(float* out, const float* u, int64_t layer, int64_t rows
   linear_forward<float>(a.data(), u, w.w1, w.b1, rows, c.d_model, c.d_ff);  // a [rows, d_ff]
   if (c.activation == Activation::SwiGLU) {
     std::vector<float> g(rows * c.d_ff);
-    linear_forward<float>(g.data(), u, w.w3, nullptr, rows, c.d_model, c.d_ff);
+    linear_forward<float>(g.data(), u, w.w3, w.b3, rows, c.d_model, c.d_ff);
     swiglu_forward<float>(act.data(), a.data(), g.data(), rows * c.d_ff);
   } else {
     gelu_forward<float>(act.data(), a.data(), rows * c.d_ff,

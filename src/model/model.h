@@ -12,7 +12,7 @@
 //   layers.i.ffn_norm.weight     [d_model]    .bias (layernorm only)
 //   layers.i.ffn.w1.weight       [d_ff, d_model]                  .bias when bias
 //   layers.i.ffn.w2.weight       [d_model, d_ff]                  .bias when bias
-//   layers.i.ffn.w3.weight       [d_ff, d_model]                  (swiglu only)
+//   layers.i.ffn.w3.weight       [d_ff, d_model]                  (swiglu only) .bias when bias
 //   norm.weight                  [d_model]    .bias (layernorm)   (pre-LN only)
 //   output.weight                [vocab, d_model]                 (unless tied_embeddings)
 #pragma once

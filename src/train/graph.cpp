@@ -102,6 +102,7 @@ TrainGraph<T>::TrainGraph(const ModelConfig& config, int64_t batch, int64_t cont
     L.w2 = at(name("ffn.w2.weight"));
     L.b2 = at(name("ffn.w2.bias"));
     L.w3 = at(name("ffn.w3.weight"));
+    L.b3 = at(name("ffn.w3.bias"));
 
     acts_.add(name("x"), {R, d});
     if (post) acts_.add(name("n1_in"), {R, d});
@@ -401,7 +402,7 @@ double TrainGraph<T>::forward(BasicArena<T>& params, const TokenId* inputs, cons
     const T* f = post ? L.h : L.u2;
     linear_forward<T>(L.a, f, P(L.w1), P(L.b1), R, d, ff);
     if (c.activation == Activation::SwiGLU) {
-      linear_forward<T>(L.g, f, P(L.w3), nullptr, R, d, ff);
+      linear_forward<T>(L.g, f, P(L.w3), P(L.b3), R, d, ff);
       swiglu_forward<T>(L.act, L.a, L.g, R * ff);
     } else {
       gelu_forward<T>(L.act, L.a, R * ff, c.activation == Activation::Gelu ? GeluKind::Exact : GeluKind::Tanh);
@@ -465,7 +466,7 @@ void TrainGraph<T>::backward(BasicArena<T>& params, BasicArena<T>& grads, T scal
     }
     zero(du, n);
     linear_backward<T>(du, G(L.w1), G(L.b1), da_, f, P(L.w1), R, d, ff);
-    if (c.activation == Activation::SwiGLU) linear_backward<T>(du, G(L.w3), nullptr, dg_, f, P(L.w3), R, d, ff);
+    if (c.activation == Activation::SwiGLU) linear_backward<T>(du, G(L.w3), G(L.b3), dg_, f, P(L.w3), R, d, ff);
   };
   auto attn_backward = [&](Layer& L, int64_t l, const T* u, const T* dy, T* du) {
     zero(do_, R * dqd);

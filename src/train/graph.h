@@ -58,7 +58,7 @@ class TrainGraph {
   struct Layer {
     // parameter offsets in the arena (-1: absent)
     int64_t n1w = -1, n1b = -1, wq = -1, bq = -1, wk = -1, bk = -1, wv = -1, bv = -1, wo = -1, bo = -1;
-    int64_t n2w = -1, n2b = -1, w1 = -1, b1 = -1, w2 = -1, b2 = -1, w3 = -1;
+    int64_t n2w = -1, n2b = -1, w1 = -1, b1 = -1, w2 = -1, b2 = -1, w3 = -1, b3 = -1;
     // saved activations
     T *x, *n1_in, *u1, *mean1, *rstd1, *q, *k, *v, *o, *lse, *probs, *h, *n2_in, *u2, *mean2, *rstd2, *a, *g, *act;
   };

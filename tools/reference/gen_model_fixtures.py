@@ -208,7 +208,7 @@ def ffn(u, p, pre, cfg):
     g = lambda n: p.get(pre + n)  # noqa: E731
     a = F.linear(u, g("ffn.w1.weight"), g("ffn.w1.bias"))
     if cfg["activation"] == "swiglu":
-        act = F.silu(a) * F.linear(u, g("ffn.w3.weight"))
+        act = F.silu(a) * F.linear(u, g("ffn.w3.weight"), g("ffn.w3.bias"))
     elif cfg["activation"] == "gelu":
         act = F.gelu(a)
     else:
@@ -309,7 +309,7 @@ def parameter_shapes(cfg):
         linear(pre + "ffn.w1", cfg["d_ff"], d, cfg["bias"])
         linear(pre + "ffn.w2", d, cfg["d_ff"], cfg["bias"])
         if cfg["activation"] == "swiglu":
-            linear(pre + "ffn.w3", cfg["d_ff"], d, False)
+            linear(pre + "ffn.w3", cfg["d_ff"], d, cfg["bias"])
     if cfg["norm_placement"] == "pre":
         norm_p("norm")
     if not cfg["tied_embeddings"]:
