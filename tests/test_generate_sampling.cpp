@@ -26,6 +26,17 @@ std::vector<double> dist(SamplerConfig c, const std::vector<float>& logits) {
   return s.distribution(logits.data(), static_cast<int64_t>(logits.size()));
 }
 
+// A temperature so small that 1/t overflows is greedy in the limit, not NaN probabilities.
+TEST(Sampler, VanishingTemperatureIsGreedy) {
+  const std::vector<float> logits{0.1f, 2.0f, -1.0f, 1.9f};
+  for (double t : {1e-310, 5e-324}) {
+    Sampler s({t, 0, 1.0, 3});
+    for (int i = 0; i < 5; ++i) EXPECT_EQ(s.sample(logits.data(), 4), 1) << t;
+    const auto d = s.distribution(logits.data(), 4);
+    EXPECT_EQ(d, (std::vector<double>{0, 1, 0, 0})) << t;
+  }
+}
+
 TEST(Sampler, HandComputedDistributions) {
   const auto l = four_logits();
   // Temperature 1, nothing cut: p itself.

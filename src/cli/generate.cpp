@@ -24,6 +24,7 @@ struct GenerateArgs {
   uint64_t seed = 1337;
   int threads = 0;
   bool verbose = false, allow_special = false;
+  bool prompt_given = false;  // --prompt was on the command line (an empty prompt is allowed)
 };
 
 void run_generate(const GenerateArgs& a) {
@@ -37,9 +38,13 @@ void run_generate(const GenerateArgs& a) {
     std::ifstream in(a.prompts_file, std::ios::binary);
     if (!in) fail("{}: cannot open", a.prompts_file);
     std::string line;
-    while (std::getline(in, line)) texts.push_back(line);
+    while (std::getline(in, line)) {
+      if (!line.empty() && line.back() == '\r') line.pop_back();  // CRLF files
+      texts.push_back(line);
+    }
     if (texts.empty()) fail("{}: no prompts (one per line)", a.prompts_file);
   } else {
+    if (!a.prompt_given) fail("generate needs --prompt TEXT or --prompts-file FILE");
     texts.push_back(a.prompt);
   }
   std::vector<std::vector<TokenId>> prompts;
@@ -168,7 +173,10 @@ void register_generate(CLI::App& app) {
   gc->add_flag("--verbose", g->verbose, "Print timings and the KV cache size to stderr");
   gc->add_option("--attention", g->attention, "tiled (default) | reference (the plain kernel, for debugging)")
       ->capture_default_str();
-  gc->callback([g] { run_generate(*g); });
+  gc->callback([g, p] {
+    g->prompt_given = p->count() > 0;
+    run_generate(*g);
+  });
 
   auto l = std::make_shared<LogitsArgs>();
   auto* lc = app.add_subcommand("logits", "Write every position's logits as little-endian float32 [T][vocab]");

@@ -58,12 +58,7 @@ bool Sampler::candidates(const float* logits, int64_t vocab, bool materialize) {
     nucleus_candidates(vocab);
     return false;
   }
-  if (use_p && !use_k && vocab > 1) {
-    const double cutoff = (1.0 - config_.top_p) / static_cast<double>(vocab - 1);
-    for (int64_t i = 0; i < vocab; ++i)
-      if (probs_[i] >= cutoff) candidates_.emplace_back(probs_[i], static_cast<TokenId>(i));
-  }
-  if (candidates_.empty()) {  // no filter, or a top_p below 1/vocab on a flat distribution
+  {  // every token; top-k (and top-p after it) select from them
     candidates_.reserve(vocab);
     for (int64_t i = 0; i < vocab; ++i) candidates_.emplace_back(probs_[i], static_cast<TokenId>(i));
   }
@@ -161,9 +156,13 @@ void Sampler::nucleus_candidates(int64_t vocab) {
   for (auto& c : candidates_) c.first /= nucleus_mass_;
 }
 
+// A temperature so small that 1/t overflows is greedy decoding in the limit (and would otherwise
+// turn every probability into NaN).
+bool Sampler::greedy() const { return config_.temperature == 0.0 || !std::isfinite(1.0 / config_.temperature); }
+
 TokenId Sampler::sample(const float* logits, int64_t vocab) {
   TF_CHECK(vocab > 0, "sampler: empty vocabulary");
-  if (config_.temperature == 0.0) return argmax(logits, vocab);
+  if (greedy()) return argmax(logits, vocab);
   if (candidates(logits, vocab, /*materialize=*/false)) {
     // Top-p alone: draw without building the kept list. Walk the whole buckets in id order
     // (branch-free sums; the exit test is predictable), then the boundary's kept tokens; the
@@ -196,7 +195,7 @@ TokenId Sampler::sample(const float* logits, int64_t vocab) {
 
 std::vector<double> Sampler::distribution(const float* logits, int64_t vocab) {
   std::vector<double> out(vocab, 0.0);
-  if (config_.temperature == 0.0) {
+  if (greedy()) {
     out[argmax(logits, vocab)] = 1.0;
     return out;
   }

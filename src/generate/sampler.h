@@ -50,6 +50,7 @@ class Sampler {
 
   SamplerConfig config_;
   Rng rng_;
+  bool greedy() const;
   void nucleus_by_histogram(int64_t vocab);  // finds the cut: boundary bucket, kept mass
   void nucleus_candidates(int64_t vocab);    // the kept list, normalised, for distribution()
   int nucleus_boundary_ = 0;

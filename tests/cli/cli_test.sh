@@ -73,5 +73,24 @@ out2=$("$tf" generate --model "$tmp/m.safetensors" --prompt "ab" --max-new-token
 check "generate echoes the prompt" test "${out:0:2}" = "ab"
 check "generate greedy does not depend on the prefill chunk" test "$out" = "$out2"
 
+# Sampling is reproducible by --seed; --verbose prints the KV cache payload by the spec's formula;
+# a prompts file (CRLF line ends stripped) is one batch whose lines equal each prompt alone;
+# a missing prompt is an error.
+s1=$("$tf" generate --model "$tmp/m.safetensors" --prompt "ab" --max-new-tokens 8 --seed 11)
+s2=$("$tf" generate --model "$tmp/m.safetensors" --prompt "ab" --max-new-tokens 8 --seed 11)
+check "generate --seed repeats" test "$s1" = "$s2"
+"$tf" generate --model "$tmp/m.safetensors" --prompt "ab" --max-new-tokens 4 --verbose > /dev/null 2> "$tmp/verbose.txt"
+# 2 x 2 layers x 1 batch x 2 kv heads x 6 tokens x 8 head dim x 4 bytes = 1536
+check "generate --verbose prints the KV payload" grep -q "KV cache payload 1536 bytes = 2 x 2 layers x 1 batch x 2 kv heads x 6 tokens x 8 head dim x 4" "$tmp/verbose.txt"
+printf 'ab\r\nxyz\r\n' > "$tmp/prompts.txt"
+"$tf" generate --model "$tmp/m.safetensors" --prompts-file "$tmp/prompts.txt" --max-new-tokens 5 --temperature 0 > "$tmp/batch.txt"
+alone0=$("$tf" generate --model "$tmp/m.safetensors" --prompt "ab" --max-new-tokens 5 --temperature 0)
+alone1=$("$tf" generate --model "$tmp/m.safetensors" --prompt "xyz" --max-new-tokens 5 --temperature 0)
+check "batch line 0 equals prompt 0 alone" test "$(sed -n 1p "$tmp/batch.txt")" = "[0] $alone0"
+check "batch line 1 equals prompt 1 alone" test "$(sed -n 2p "$tmp/batch.txt")" = "[1] $alone1"
+"$tf" generate --model "$tmp/m.safetensors" > /dev/null 2> "$tmp/err.txt"; rc=$?
+check "generate without a prompt exits 1" test "$rc" -eq 1
+check "... and says what is needed" grep -q -- "--prompt TEXT or --prompts-file FILE" "$tmp/err.txt"
+
 echo "$passed passed, $failed failed"
 test "$failed" -eq 0
