@@ -10,6 +10,8 @@
 //
 //   build/bench/bench_gemm --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
+
+#include "bench_util.h"
 #include <cblas.h>
 
 #include <chrono>
@@ -101,13 +103,6 @@ BENCHMARK(BM_SgemmOwnVsOpenBlas)
 }  // namespace tformer
 
 int main(int argc, char** argv) {
-  const char* coretype = std::getenv("OPENBLAS_CORETYPE");
-  benchmark::AddCustomContext("openblas", tformer::blas_config());
-  benchmark::AddCustomContext("OPENBLAS_CORETYPE", coretype ? coretype : "(unset)");
-  benchmark::AddCustomContext("peak", "measured 512-bit FMA throughput, 2 threads, bench/peak.h");
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
+  return tformer::bench::benchmark_main(argc, argv,
+                                        "measured 512-bit FMA throughput, 2 threads, bench/peak.h");
 }

@@ -16,20 +16,17 @@
 
 #include "core/threads.h"
 #include "generate/sampler.h"
+#include "bench_util.h"
 #include "kernels/matmul.h"
 #include "model/model.h"
 
 namespace tformer {
 namespace {
 
-using clock_type = std::chrono::steady_clock;
-double seconds_since(clock_type::time_point t0) {
-  return std::chrono::duration<double>(clock_type::now() - t0).count();
-}
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using bench::clock_type;
+using bench::median;
+using bench::seconds_since;
+using bench::sgemm_gflops;
 
 // GB/s of a plain read of a buffer far larger than the caches, on every thread.
 double read_bandwidth_gbs(int reps) {
@@ -52,17 +49,6 @@ double read_bandwidth_gbs(int reps) {
   return median(rates);
 }
 
-double sgemm_gflops(int reps) {
-  const int64_t n = 1024;
-  std::vector<float> A(n * n, 0.5f), B(n * n, 0.25f), C(n * n);
-  std::vector<double> rates;
-  for (int r = 0; r < reps; ++r) {
-    const auto t0 = clock_type::now();
-    gemm<float>(C.data(), n, A.data(), n, false, B.data(), n, false, n, n, n);
-    rates.push_back(2.0 * n * n * n / seconds_since(t0) * 1e-9);
-  }
-  return median(rates);
-}
 
 struct BenchShape {
   const char* name;

@@ -5,6 +5,8 @@
 //   build/bench/bench_kernels --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
 
+#include "bench_util.h"
+
 #include <chrono>
 #include <cstdlib>
 #include <cmath>
@@ -327,13 +329,6 @@ BENCHMARK(BM_AttentionReferenceBackward)->Arg(256)->Unit(benchmark::kMillisecond
 }  // namespace tformer
 
 int main(int argc, char** argv) {
-  const char* coretype = std::getenv("OPENBLAS_CORETYPE");
-  benchmark::AddCustomContext("openblas", tformer::blas_config());
-  benchmark::AddCustomContext("OPENBLAS_CORETYPE", coretype ? coretype : "(unset)");
-  benchmark::AddCustomContext("peak", "measured FMA throughput, bench/peak.h");
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
+  return tformer::bench::benchmark_main(argc, argv,
+                                        "measured FMA throughput, bench/peak.h");
 }

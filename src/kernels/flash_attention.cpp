@@ -101,14 +101,7 @@ int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 template <typename T>
 constexpr T kInf = std::numeric_limits<T>::infinity();
 
-template <typename T>
-inline T fmadd(T a, T b, T c) {
-#ifdef __FMA__
-  return std::fma(a, b, c);
-#else
-  return a * b + c;
-#endif
-}
+using fast::fmadd;  // float and double overloads
 
 // exp(x) for x <= ~0 (the softmax only exponentiates score - max or score - lse); -inf gives 0.
 inline float exp_neg(float x) { return fast::exp_f(x); }

@@ -1,0 +1,57 @@
+// Small helpers the benchmark programs share: wall-clock timing, medians, the sgemm rate they quote
+// fractions of, and the Google Benchmark main() with the machine context printed.
+#pragma once
+
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <vector>
+
+#include "core/threads.h"
+#include "kernels/matmul.h"
+
+namespace tformer::bench {
+
+using clock_type = std::chrono::steady_clock;
+inline double seconds_since(clock_type::time_point t0) {
+  return std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+// The upper median (v non-empty).
+inline double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// GFLOP/s of gemm<float> (whichever kernel it dispatches to) at n = 1024 with the current thread
+// count: the median of `reps` timed calls after one warm-up call.
+inline double sgemm_gflops(int reps) {
+  const int64_t n = 1024;
+  std::vector<float> A(n * n, 0.5f), B(n * n, 0.25f), C(n * n);
+  std::vector<double> rates;
+  for (int r = 0; r < reps + 1; ++r) {
+    const auto t0 = clock_type::now();
+    gemm<float>(C.data(), n, A.data(), n, false, B.data(), n, false, n, n, n);
+    const double t = seconds_since(t0);
+    if (r > 0) rates.push_back(2.0 * n * n * n / t * 1e-9);
+  }
+  return median(rates);
+}
+
+// main() of a Google Benchmark program, with OpenBLAS's build, OPENBLAS_CORETYPE and a note on
+// the peak in the printed context.
+inline int benchmark_main(int argc, char** argv, const char* peak_note) {
+  const char* coretype = std::getenv("OPENBLAS_CORETYPE");
+  benchmark::AddCustomContext("openblas", blas_config());
+  benchmark::AddCustomContext("OPENBLAS_CORETYPE", coretype ? coretype : "(unset)");
+  benchmark::AddCustomContext("peak", peak_note);
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
+
+}  // namespace tformer::bench
