@@ -41,6 +41,8 @@ class Shape {
     TF_CHECK(i >= 0 && i < rank_, "dimension {} of a rank-{} shape", i, rank_);
     return dims_[i];
   }
+  // The extents, outermost first.
+  std::vector<int64_t> dims() const { return std::vector<int64_t>(dims_.begin(), dims_.begin() + rank_); }
   int64_t numel() const {
     int64_t n = 1;
     for (int i = 0; i < rank_; ++i) n *= dims_[i];

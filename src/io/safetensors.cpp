@@ -504,9 +504,7 @@ void write_arena(const std::string& path, Arena& arena, const std::map<std::stri
   std::vector<TensorToWrite> tensors;
   tensors.reserve(arena.entries().size());
   for (const Arena::Entry& e : arena.entries()) {
-    std::vector<int64_t> shape;
-    for (int i = 0; i < e.shape.rank(); ++i) shape.push_back(e.shape[i]);
-    tensors.push_back({e.name, std::move(shape), arena.view(e).data()});
+    tensors.push_back({e.name, e.shape.dims(), arena.view(e).data()});
   }
   write_safetensors(path, tensors, metadata);
 }

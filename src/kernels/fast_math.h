@@ -13,7 +13,9 @@
 
 namespace tformer::fast {
 
-inline float fmadd(float a, float b, float c) {
+// a * b + c, fused where the target has FMA (float and double).
+template <typename T>
+inline T fmadd(T a, T b, T c) {
 #ifdef __FMA__
   return std::fma(a, b, c);
 #else
@@ -64,14 +66,6 @@ inline float erfc_nonneg_f(float z) {
 inline float normal_cdf_f(float x) {
   const float half_tail = 0.5f * erfc_nonneg_f(std::abs(x) * 0.70710678118654752f);
   return x >= 0 ? 1.0f - half_tail : half_tail;
-}
-
-inline double fmadd(double a, double b, double c) {
-#ifdef __FMA__
-  return std::fma(a, b, c);
-#else
-  return a * b + c;
-#endif
 }
 
 // exp(x) in double, for x in [-708, 0] (softmax arguments after subtracting the maximum; below

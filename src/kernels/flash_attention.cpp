@@ -101,7 +101,7 @@ int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 template <typename T>
 constexpr T kInf = std::numeric_limits<T>::infinity();
 
-using fast::fmadd;  // float and double overloads
+using fast::fmadd;
 
 // exp(x) for x <= ~0 (the softmax only exponentiates score - max or score - lse); -inf gives 0.
 inline float exp_neg(float x) { return fast::exp_f(x); }
@@ -460,6 +460,32 @@ void prefetch_rows(HeadsView<const T> x, int64_t b, int64_t h, int64_t t0, int64
 #endif
 }
 
+// The key/value block [j0, j0 + jn) of kv head g: its bias row (key_bias), K and V as tile
+// operands (read in place when every key of the block is allowed, else packed with the masked
+// rows zeroed), and the next block's rows (up to kend) prefetched. n_ok == 0: no key is allowed.
+template <typename T>
+struct KvBlock {
+  const T* K;
+  int64_t ldk;
+  const T* V;
+  int64_t ldv;
+  int64_t n_ok;
+};
+template <typename T>
+KvBlock<T> fetch_kv_block(T* Ks, T* Vs, T* bias, HeadsView<const T> k, HeadsView<const T> v, const Seq& sq,
+                          int64_t b, int64_t g, int64_t j0, int64_t jn, int64_t kend, int64_t cols_p, int64_t hd,
+                          int64_t hdp) {
+  KvBlock<T> kv{nullptr, 0, nullptr, 0, key_bias(bias, sq, j0, jn, cols_p)};
+  if (kv.n_ok == 0) return kv;
+  kv.K = rows_operand<T>(Ks, kv.ldk, k, b, g, j0, jn, cols_p, hd, hdp, bias, kv.n_ok == jn);
+  kv.V = rows_operand<T>(Vs, kv.ldv, v, b, g, j0, jn, cols_p, hd, hdp, bias, kv.n_ok == jn);
+  if (j0 + kBc < kend) {
+    prefetch_rows<T>(k, b, g, j0 + kBc, std::min(kBc, kend - j0 - kBc), hd);
+    prefetch_rows<T>(v, b, g, j0 + kBc, std::min(kBc, kend - j0 - kBc), hd);
+  }
+  return kv;
+}
+
 template <typename T>
 T dot(const T* a, const T* b, int64_t n) {
   T acc = 0;
@@ -506,15 +532,11 @@ void forward_tiled(const Ctx& c, HeadsView<T> out, T* lse, HeadsView<const T> q,
       const int64_t kend = c.key_end(sq, i0 + rows);
       for (int64_t j0 = 0; j0 < kend; j0 += kBc) {
         const int64_t jn = std::min(kBc, kend - j0), cols_p = round_up(jn, kC);
-        const int64_t n_ok = key_bias(bias.data(), sq, j0, jn, cols_p);
-        if (n_ok == 0) continue;
-        int64_t ldk, ldv;
-        const T* Kp = rows_operand<T>(Ks.data(), ldk, k, b, g, j0, jn, cols_p, hd, hdp, bias.data(), n_ok == jn);
-        const T* Vp = rows_operand<T>(Vs.data(), ldv, v, b, g, j0, jn, cols_p, hd, hdp, bias.data(), n_ok == jn);
-        if (j0 + kBc < kend) {
-          prefetch_rows<T>(k, b, g, j0 + kBc, std::min(kBc, kend - j0 - kBc), hd);
-          prefetch_rows<T>(v, b, g, j0 + kBc, std::min(kBc, kend - j0 - kBc), hd);
-        }
+        const KvBlock<T> kv = fetch_kv_block<T>(Ks.data(), Vs.data(), bias.data(), k, v, sq, b, g, j0, jn, kend,
+                                                cols_p, hd, hdp);
+        if (kv.n_ok == 0) continue;
+        const T *Kp = kv.K, *Vp = kv.V;
+        const int64_t ldk = kv.ldk, ldv = kv.ldv;
 
         // S^T = K (Q scale)^T, then the softmax down its columns; local key j is allowed for
         // local query i when i >= first + j (causal) and bias[j] == 0.
@@ -789,15 +811,11 @@ void backward_dq(const Ctx& c, HeadsView<T> dq, HeadsView<const T> dout, const T
       const int64_t kend = c.key_end(sq, i0 + rows);
       for (int64_t j0 = 0; j0 < kend; j0 += kBc) {
         const int64_t jn = std::min(kBc, kend - j0), cols_p = round_up(jn, kC);
-        const int64_t n_ok = key_bias(bias.data(), sq, j0, jn, cols_p);
-        if (n_ok == 0) continue;
-        int64_t ldk, ldv;
-        const T* Kp = rows_operand<T>(Ks.data(), ldk, k, b, g, j0, jn, cols_p, hd, hdp, bias.data(), n_ok == jn);
-        const T* Vp = rows_operand<T>(Vs.data(), ldv, v, b, g, j0, jn, cols_p, hd, hdp, bias.data(), n_ok == jn);
-        if (j0 + kBc < kend) {
-          prefetch_rows<T>(k, b, g, j0 + kBc, std::min(kBc, kend - j0 - kBc), hd);
-          prefetch_rows<T>(v, b, g, j0 + kBc, std::min(kBc, kend - j0 - kBc), hd);
-        }
+        const KvBlock<T> kv = fetch_kv_block<T>(Ks.data(), Vs.data(), bias.data(), k, v, sq, b, g, j0, jn, kend,
+                                                cols_p, hd, hdp);
+        if (kv.n_ok == 0) continue;
+        const T *Kp = kv.K, *Vp = kv.V;
+        const int64_t ldk = kv.ldk, ldv = kv.ldv;
         tile_gemm<false, false>(ST.data(), kBr, Kp, ldk, QT.data(), kBr, cols_p, rows_p, hd);    // S^T
         tile_gemm<false, false>(dPT.data(), kBr, Vp, ldv, dOT.data(), kBr, cols_p, rows_p, hd);  // dP^T
         for (int64_t j = 0; j < cols_p; ++j) {

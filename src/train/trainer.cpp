@@ -142,11 +142,6 @@ std::string first_non_finite(Arena& a) {
   return "";
 }
 
-std::vector<int64_t> dims(const Shape& s) {
-  std::vector<int64_t> d;
-  for (int i = 0; i < s.rank(); ++i) d.push_back(s[i]);
-  return d;
-}
 
 constexpr uint64_t kEvalStream = 0xE7A1'5EEDull;
 constexpr uint64_t kDropoutStream = 0xD80F'0FFull;
@@ -232,11 +227,11 @@ void TrainSession::save_model(const std::string& path) { tformer::save_model(pat
 void TrainSession::save_checkpoint(const std::string& path) {
   Arena& p = model_->params();
   std::vector<TensorToWrite> tensors;
-  for (const auto& e : p.entries()) tensors.push_back({e.name, dims(e.shape), p.view(e).data()});
+  for (const auto& e : p.entries()) tensors.push_back({e.name, e.shape.dims(), p.view(e).data()});
   for (const auto& e : p.entries())
-    tensors.push_back({"optimizer.m." + e.name, dims(e.shape), opt_->m().view(e).data()});
+    tensors.push_back({"optimizer.m." + e.name, e.shape.dims(), opt_->m().view(e).data()});
   for (const auto& e : p.entries())
-    tensors.push_back({"optimizer.v." + e.name, dims(e.shape), opt_->v().view(e).data()});
+    tensors.push_back({"optimizer.v." + e.name, e.shape.dims(), opt_->v().view(e).data()});
   const auto rng = sampler_->state();
   const nlohmann::json state = {{"format", 1},
                                 {"step", step_},
@@ -274,7 +269,7 @@ void TrainSession::load_checkpoint(const std::string& path) {
                                  {"optimizer.v.", &opt_->v()}}) {
       const std::string name = prefix + e.name;
       const SafetensorsTensor& t = f.at(name);
-      if (t.shape != dims(e.shape))
+      if (t.shape != e.shape.dims())
         fail("{}: tensor '{}' has shape {}; this model needs {}", path, name, shape_str(t.shape), e.shape.str());
       f.read_f32(name, arena->view(e).data(), e.shape.numel());
     }
