@@ -3,8 +3,8 @@
 // 64-row/64-key blocks, N = 1), head widths, causal and not, GQA/MQA groups, cached chunks
 // (q_offset with n_q < n_kv), padding patterns, per-sequence offsets and lengths, rows without any
 // allowed key, the KV-cache [B, H, T, hd] layout, and the decode path (n_q = 1, keys split in
-// chunks of 256) over caches of 1..1000 keys. Also double precision at 1e-12 and bit-identical
-// results for 1 and 2 threads.
+// chunks of 256) over caches of 1..1000 keys. Also double precision at 1e-12, bit-identical
+// results for 1 and 2 threads, and dropout on the probabilities against its definition.
 //
 // Every key slot the mask disallows (past kv_len, padding) holds NaN in k and v: a kernel that
 // reads one shows NaN. Outputs start as -7 (a value the kernel forgets to write shows), gradients
@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/rng.h"
 #include "core/threads.h"
 #include "kernels/attention.h"
 #include "kernels/flash_attention.h"
@@ -428,6 +429,104 @@ TEST(FlashAttention, DoubleMatchesReferenceTo1e12) {
     SCOPED_TRACE(describe(c));
     check<double>(c, kDoubleTol);
   }
+}
+
+// Dropout on the probabilities (training): the kernel, in double, against the definition written
+// out here with every P materialised: P'_ij = P_ij * M_ij / (1 - p), out_i = sum_j P'_ij v_j;
+// dv_j = sum_i P'_ij dout_i, dP_ij = (dout_i . v_j) M_ij / (1 - p), D_i = sum_j P_ij dP_ij,
+// dS_ij = P_ij (dP_ij - D_i), dq_i = sum_j dS_ij k_j / sqrt(hd), dk_j = sum_i dS_ij q_i / sqrt(hd),
+// with M from dropout_kept at index ((b H + h) n_q + i) n_kv + j. Causal and not, GQA, sizes
+// across several blocks and a one-row case (which takes the general path, not decode).
+TEST(FlashAttention, DropoutMatchesTheDefinitionInDouble) {
+  for (const int64_t N : {1, 70, 150})
+    for (const bool causal : {true, false}) {
+      Case c;
+      c.batch = 2;
+      c.n_q = c.n_kv = N;
+      c.n_heads = 4;
+      c.n_kv_heads = 2;
+      c.head_dim = 16;
+      c.causal = causal;
+      c.seed = static_cast<uint64_t>(N) + 3;
+      SCOPED_TRACE(describe(c));
+      const double p = 0.3;
+      const AttentionDropout drop{0x1234abcdULL + static_cast<uint64_t>(N), dropout_threshold(p), 1.0 / (1.0 - p)};
+      const Data<double> d = make_data<double>(c);
+      const AttentionShape s = c.shape();
+      const AttentionMask m = c.mask();
+      const int64_t hd = s.head_dim, H = s.n_heads, group = H / s.n_kv_heads;
+      std::vector<double> out(d.q.size(), -7.0), lse(static_cast<size_t>(s.batch * H * s.n_q), -7.0);
+      std::vector<double> dq = d.dq0, dk = d.dk0, dv = d.dv0;
+      flash_attention_forward<double>(heads_btHd(out.data(), s.n_q, H, hd), lse.data(), d.qv, d.kv, d.vv, s, m, drop);
+      flash_attention_backward<double>(heads_btHd(dq.data(), s.n_q, H, hd), heads_btHd(dk.data(), s.n_kv, s.n_kv_heads, hd),
+                                       heads_btHd(dv.data(), s.n_kv, s.n_kv_heads, hd), d.doutv,
+                                       heads_btHd<const double>(out.data(), s.n_q, H, hd), lse.data(), d.qv, d.kv,
+                                       d.vv, s, m, drop);
+
+      std::vector<double> want_out(d.q.size(), 0.0), wdq = d.dq0, wdk = d.dk0, wdv = d.dv0;
+      auto wq = heads_btHd(wdq.data(), s.n_q, H, hd);
+      auto wk = heads_btHd(wdk.data(), s.n_kv, s.n_kv_heads, hd);
+      auto wv = heads_btHd(wdv.data(), s.n_kv, s.n_kv_heads, hd);
+      auto wo = heads_btHd(want_out.data(), s.n_q, H, hd);
+      const double sm = 1.0 / std::sqrt(static_cast<double>(hd));
+      int64_t kept = 0, seen = 0;
+      for (int64_t b = 0; b < s.batch; ++b)
+        for (int64_t h = 0; h < H; ++h)
+          for (int64_t i = 0; i < s.n_q; ++i) {
+            const int64_t g = h / group;
+            std::vector<double> P(static_cast<size_t>(s.n_kv), 0.0), M(static_cast<size_t>(s.n_kv), 0.0);
+            double mx = -INFINITY;
+            for (int64_t j = 0; j < s.n_kv; ++j) {
+              if (!m.allowed(b, i, j)) continue;
+              double acc = 0;
+              for (int64_t e = 0; e < hd; ++e) acc += d.qv.at(b, i, h)[e] * d.kv.at(b, j, g)[e];
+              P[j] = acc * sm;
+              mx = std::max(mx, P[j]);
+            }
+            double sum = 0;
+            for (int64_t j = 0; j < s.n_kv; ++j) sum += m.allowed(b, i, j) ? std::exp(P[j] - mx) : 0.0;
+            for (int64_t j = 0; j < s.n_kv; ++j) {
+              P[j] = m.allowed(b, i, j) ? std::exp(P[j] - mx) / sum : 0.0;
+              const auto index = static_cast<uint64_t>(((b * H + h) * s.n_q + i) * s.n_kv + j);
+              M[j] = dropout_kept(drop.key, index, drop.threshold) ? drop.scale : 0.0;
+              if (m.allowed(b, i, j)) {
+                ++seen;
+                kept += M[j] > 0;
+              }
+            }
+            double D = 0;
+            std::vector<double> dP(static_cast<size_t>(s.n_kv), 0.0);
+            for (int64_t j = 0; j < s.n_kv; ++j) {
+              if (P[j] == 0.0) continue;
+              const double* vj = d.vv.at(b, j, g);
+              const double* go = d.doutv.at(b, i, h);
+              double dot = 0;
+              for (int64_t e = 0; e < hd; ++e) {
+                wo.at(b, i, h)[e] += P[j] * M[j] * vj[e];
+                wv.at(b, j, g)[e] += P[j] * M[j] * go[e];
+                dot += go[e] * vj[e];
+              }
+              dP[j] = dot * M[j];
+              D += P[j] * dP[j];
+            }
+            for (int64_t j = 0; j < s.n_kv; ++j) {
+              if (P[j] == 0.0) continue;
+              const double dS = P[j] * (dP[j] - D) * sm;
+              for (int64_t e = 0; e < hd; ++e) {
+                wq.at(b, i, h)[e] += dS * d.kv.at(b, j, g)[e];
+                wk.at(b, j, g)[e] += dS * d.qv.at(b, i, h)[e];
+              }
+            }
+          }
+      // The mask really drops about p of the allowed probabilities.
+      if (seen > 1000) {
+        EXPECT_NEAR(static_cast<double>(kept) / static_cast<double>(seen), 1 - p, 0.03);
+      }
+      EXPECT_TRUE(all_close(out, want_out, 1e-12, 1e-14)) << "out";
+      EXPECT_TRUE(all_close(dq, wdq, 1e-11, 1e-13)) << "dq";
+      EXPECT_TRUE(all_close(dk, wdk, 1e-11, 1e-13)) << "dk";
+      EXPECT_TRUE(all_close(dv, wdv, 1e-11, 1e-13)) << "dv";
+    }
 }
 
 // 1 and 2 threads give bit-identical outputs, lse and gradients, on shapes big enough for the

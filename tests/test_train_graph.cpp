@@ -161,8 +161,13 @@ TEST(TrainGraph, TiledAndReferenceAttentionGiveTheSameGradients) {
     const char* variant;
     int64_t d_model, n_heads, T;
   };
+  // With dropout 0.2 as well: both kernels drop the same attention probabilities (the tiled one
+  // regenerates the mask per tile), so training-mode losses and gradients agree too.
+  for (const double dropout : {0.0, 0.2})
   for (const Case& k : {Case{"rms_rope_swiglu_gqa", 32, 4, 70}, Case{"pre", 128, 4, 64}, Case{"post", 128, 2, 80}}) {
+    SCOPED_TRACE(fmt::format("dropout {}", dropout));
     ModelConfig c = tiny(k.variant);
+    c.dropout = dropout;
     c.context_length = 80;
     c.d_model = k.d_model;
     c.n_heads = k.n_heads;
@@ -177,8 +182,9 @@ TEST(TrainGraph, TiledAndReferenceAttentionGiveTheSameGradients) {
     g1.mirror(m.params());
     g2.mirror(m.params());
     TrainGraph<float> tiled(c, B, T, AttentionKernel::Tiled), ref(c, B, T, AttentionKernel::Reference);
-    const double l1 = tiled.forward(m.params(), b.inputs.data(), b.targets.data());
-    const double l2 = ref.forward(m.params(), b.inputs.data(), b.targets.data());
+    const bool training = dropout > 0;
+    const double l1 = tiled.forward(m.params(), b.inputs.data(), b.targets.data(), training, 77);
+    const double l2 = ref.forward(m.params(), b.inputs.data(), b.targets.data(), training, 77);
     EXPECT_NEAR(l1, l2, 1e-5 * std::abs(l2)) << k.variant << " head width " << k.d_model / k.n_heads;
     tiled.backward(m.params(), g1);
     ref.backward(m.params(), g2);

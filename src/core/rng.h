@@ -9,6 +9,7 @@
 #include "core/tensor.h"
 
 #include <array>
+#include <cmath>
 #include <cstdint>
 
 namespace tformer {
@@ -46,6 +47,17 @@ class Rng {
 // Counter-based draws: pure functions of (seed, stream, index).
 double uniform_at(uint64_t seed, uint64_t stream, uint64_t index);  // [0, 1), 53 bits
 double normal_at(uint64_t seed, uint64_t stream, uint64_t index);   // standard normal
+
+// Dropout masks, counter-based: element `index` of the mask keyed `key` is kept iff
+// (mix64(key + index) >> 11) >= threshold, with threshold = ceil(p * 2^53) for drop probability p
+// (p = 0 keeps everything). The same element gets the same decision wherever it is computed (the
+// training graph's elementwise dropout, the reference attention's and the tiled kernel's tiles).
+inline uint64_t dropout_threshold(double p) {
+  return static_cast<uint64_t>(std::ceil(p * 9007199254740992.0));  // p * 2^53
+}
+inline bool dropout_kept(uint64_t key, uint64_t index, uint64_t threshold) {
+  return (mix64(key + index) >> 11) >= threshold;
+}
 
 // Fills x with normal(mean, stddev) / uniform[lo, hi); parallel with OpenMP, deterministic.
 template <typename T>

@@ -65,6 +65,7 @@
 // value once for the whole group; the states are then merged per (batch, head) in chunk order.
 #include "kernels/flash_attention.h"
 #include "kernels/fast_math.h"
+#include "core/rng.h"
 #include "core/scratch.h"
 
 #include <omp.h>
@@ -319,6 +320,7 @@ struct Ctx {
   AttentionShape s;
   AttentionMask m;
   int64_t hd, hdp, group;
+  AttentionDropout drop;
 
   Seq seq(int64_t b) const {
     return {m.q_offset ? m.q_offset[b] : 0, m.kv_len ? m.kv_len[b] : s.n_kv,
@@ -486,6 +488,23 @@ KvBlock<T> fetch_kv_block(T* Ks, T* Vs, T* bias, HeadsView<const T> k, HeadsView
   return kv;
 }
 
+// Dropout on a tile of probabilities (query rows i0 .. i0 + rows, key slots j0 .. j0 + cols of
+// head h): element (r, j) lives at tile[r * ld_r + j * ld_j] and becomes P * scale when kept, 0 when
+// dropped (AttentionDropout's rule). The mask is regenerated from the key wherever it is needed.
+template <typename T>
+void dropout_tile(T* tile, int64_t ld_r, int64_t ld_j, const Ctx& c, int64_t b, int64_t h, int64_t i0,
+                  int64_t rows, int64_t j0, int64_t cols) {
+  const T scale = static_cast<T>(c.drop.scale);
+  for (int64_t r = 0; r < rows; ++r) {
+    const auto base = static_cast<uint64_t>(((b * c.s.n_heads + h) * c.s.n_q + i0 + r) * c.s.n_kv + j0);
+    T* x = tile + r * ld_r;
+    for (int64_t j = 0; j < cols; ++j) {
+      T& e = x[j * ld_j];
+      e = dropout_kept(c.drop.key, base + static_cast<uint64_t>(j), c.drop.threshold) ? e * scale : T(0);
+    }
+  }
+}
+
 template <typename T>
 T dot(const T* a, const T* b, int64_t n) {
   T acc = 0;
@@ -549,6 +568,8 @@ void forward_tiled(const Ctx& c, HeadsView<T> out, T* lse, HeadsView<const T> q,
           const T al = alpha[r];
           for (int64_t e = 0; e < hdp; ++e) o[e] *= al;
         }
+        // The row sums l already hold the undropped P; only the product with V sees the mask.
+        if (c.drop.active()) dropout_tile<T>(ST.data(), 1, kBr, c, b, h, i0, rows, j0, jn);
         tile_gemm<true, true>(O.data(), hdp, ST.data(), kBr, Vp, ldv, rows_p, hdp, cols_p);  // O += P V
       }
 
@@ -751,12 +772,16 @@ void backward_dkdv(const Ctx& c, HeadsView<T> dk, HeadsView<T> dv, HeadsView<con
 
           tile_gemm<false, false>(S.data(), kBc, Qp, ldq, KT.data(), kBc, rows_p, cols_p, hd);   // S
           tile_gemm<false, false>(dP.data(), kBc, dOp, ldo, VT.data(), kBc, rows_p, cols_p, hd);  // dP
+          // With dropout the tile above is dP' (the gradient of the dropped P'): dP = dP' * mask * scale.
+          if (c.drop.active()) dropout_tile<T>(dP.data(), kBc, 1, c, b, h, i0, rows, j0, jn);
           for (int64_t r = 0; r < rows_p; ++r) {
             // Row r may read local key j when j <= lim and the key is readable.
             const int64_t lim = c.m.causal ? sq.off + i0 + r - j0 : cols_p;
             ds_line<T>(S.data() + r * kBc, dP.data() + r * kBc, bias.data(), cols_p, 0, lim, &lse_p[r], 0, &D[r], 0,
                        /*dS*/ dP.data() + r * kBc, /*P*/ S.data() + r * kBc);
           }
+          // dV += P'^T dO: the dropped probabilities (the same mask again).
+          if (c.drop.active()) dropout_tile<T>(S.data(), kBc, 1, c, b, h, i0, rows, j0, jn);
           tile_gemm<true, true>(dVa.data(), hdp, S.data(), kBc, dOp, ldo, cols_p, hdp, rows_p);  // dV += P^T dO
           tile_gemm<true, true>(dKa.data(), hdp, dP.data(), kBc, Qp, ldq, cols_p, hdp, rows_p);  // dK += dS^T Q
         }
@@ -818,6 +843,7 @@ void backward_dq(const Ctx& c, HeadsView<T> dq, HeadsView<const T> dout, const T
         const int64_t ldk = kv.ldk, ldv = kv.ldv;
         tile_gemm<false, false>(ST.data(), kBr, Kp, ldk, QT.data(), kBr, cols_p, rows_p, hd);    // S^T
         tile_gemm<false, false>(dPT.data(), kBr, Vp, ldv, dOT.data(), kBr, cols_p, rows_p, hd);  // dP^T
+        if (c.drop.active()) dropout_tile<T>(dPT.data(), 1, kBr, c, b, h, i0, rows, j0, jn);  // dP' -> dP
         for (int64_t j = 0; j < cols_p; ++j) {
           T* dpt = dPT.data() + j * kBr;
           if (bias[j] != T(0)) {  // padding: dS is 0
@@ -840,18 +866,21 @@ void backward_dq(const Ctx& c, HeadsView<T> dq, HeadsView<const T> dout, const T
   }
 }
 
-Ctx make_ctx(const AttentionShape& s, const AttentionMask& m) {
+Ctx make_ctx(const AttentionShape& s, const AttentionMask& m, const AttentionDropout& drop) {
   validate(s, m);
-  return {s, m, s.head_dim, round_up(s.head_dim, kC), s.n_heads / s.n_kv_heads};
+  TF_CHECK(!drop.active() || (drop.scale > 0 && std::isfinite(drop.scale)),
+           "flash attention: dropout scale {} must be positive and finite", drop.scale);
+  return {s, m, s.head_dim, round_up(s.head_dim, kC), s.n_heads / s.n_kv_heads, drop};
 }
 
 }  // namespace
 
 template <typename T>
 void flash_attention_forward(HeadsView<T> out, T* lse, HeadsView<const T> q, HeadsView<const T> k,
-                             HeadsView<const T> v, const AttentionShape& s, const AttentionMask& m) {
-  const Ctx c = make_ctx(s, m);
-  if (s.n_q == 1)
+                             HeadsView<const T> v, const AttentionShape& s, const AttentionMask& m,
+                             const AttentionDropout& drop) {
+  const Ctx c = make_ctx(s, m, drop);
+  if (s.n_q == 1 && !drop.active())
     forward_decode<T>(c, out, lse, q, k, v);
   else
     forward_tiled<T>(c, out, lse, q, k, v);
@@ -860,9 +889,10 @@ void flash_attention_forward(HeadsView<T> out, T* lse, HeadsView<const T> q, Hea
 template <typename T>
 void flash_attention_backward(HeadsView<T> dq, HeadsView<T> dk, HeadsView<T> dv, HeadsView<const T> dout,
                               HeadsView<const T> out, const T* lse, HeadsView<const T> q, HeadsView<const T> k,
-                              HeadsView<const T> v, const AttentionShape& s, const AttentionMask& m) {
+                              HeadsView<const T> v, const AttentionShape& s, const AttentionMask& m,
+                              const AttentionDropout& drop) {
   TF_CHECK(lse != nullptr, "flash_attention_backward: the saved log-sum-exp is required");
-  const Ctx c = make_ctx(s, m);
+  const Ctx c = make_ctx(s, m, drop);
   // The row statistics, shared by both passes (slot 15: the passes number theirs from 0).
   const int64_t n_rows = s.batch * s.n_heads * s.n_q;
   ScratchBuffer<T> stats(15, static_cast<size_t>(2 * n_rows), typename ScratchBuffer<T>::Unfilled{});
@@ -892,18 +922,18 @@ int64_t flash_attention_workspace_bytes(const AttentionShape& s, int64_t elem_si
 
 template void flash_attention_forward<float>(HeadsView<float>, float*, HeadsView<const float>,
                                              HeadsView<const float>, HeadsView<const float>, const AttentionShape&,
-                                             const AttentionMask&);
+                                             const AttentionMask&, const AttentionDropout&);
 template void flash_attention_forward<double>(HeadsView<double>, double*, HeadsView<const double>,
                                               HeadsView<const double>, HeadsView<const double>,
-                                              const AttentionShape&, const AttentionMask&);
+                                              const AttentionShape&, const AttentionMask&, const AttentionDropout&);
 template void flash_attention_backward<float>(HeadsView<float>, HeadsView<float>, HeadsView<float>,
                                               HeadsView<const float>, HeadsView<const float>, const float*,
                                               HeadsView<const float>, HeadsView<const float>,
-                                              HeadsView<const float>, const AttentionShape&, const AttentionMask&);
+                                              HeadsView<const float>, const AttentionShape&, const AttentionMask&, const AttentionDropout&);
 template void flash_attention_backward<double>(HeadsView<double>, HeadsView<double>, HeadsView<double>,
                                                HeadsView<const double>, HeadsView<const double>, const double*,
                                                HeadsView<const double>, HeadsView<const double>,
                                                HeadsView<const double>, const AttentionShape&,
-                                               const AttentionMask&);
+                                               const AttentionMask&, const AttentionDropout&);
 
 }  // namespace tformer

@@ -26,17 +26,32 @@
 
 namespace tformer {
 
+// Dropout on the attention probabilities (training): with P the softmax, the output is
+// sum_j P'_ij v_j with P'_ij = P_ij * scale when element (b, h, i, j) is kept and 0 otherwise;
+// kept iff dropout_kept(key, ((b * n_heads + h) * n_q + i) * n_kv + j, threshold) (core/rng.h),
+// the same decision the reference path in train/graph.cpp makes. lse stays the undropped softmax's,
+// so the backward regenerates the mask from the same key instead of storing it. threshold 0 = off.
+struct AttentionDropout {
+  uint64_t key = 0;
+  uint64_t threshold = 0;
+  double scale = 1.0;  // 1 / (1 - p)
+  bool active() const { return threshold > 0; }
+};
+
 // out: [B, n_q, n_heads, hd] view (written). lse: contiguous [B, n_heads, n_q] (written; may be
 // null when no backward follows).
 template <typename T>
 void flash_attention_forward(HeadsView<T> out, T* lse, HeadsView<const T> q, HeadsView<const T> k,
-                             HeadsView<const T> v, const AttentionShape& s, const AttentionMask& m);
+                             HeadsView<const T> v, const AttentionShape& s, const AttentionMask& m,
+                             const AttentionDropout& drop = {});
 
-// Accumulates dq, dk, dv (+=) from dout, the forward's out and lse (both required), q, k, v.
+// Accumulates dq, dk, dv (+=) from dout, the forward's out and lse (both required), q, k, v; with
+// the forward's dropout (same key, threshold and scale).
 template <typename T>
 void flash_attention_backward(HeadsView<T> dq, HeadsView<T> dk, HeadsView<T> dv, HeadsView<const T> dout,
                               HeadsView<const T> out, const T* lse, HeadsView<const T> q, HeadsView<const T> k,
-                              HeadsView<const T> v, const AttentionShape& s, const AttentionMask& m);
+                              HeadsView<const T> v, const AttentionShape& s, const AttentionMask& m,
+                              const AttentionDropout& drop = {});
 
 // The bytes the kernels allocate themselves for this shape with `threads` threads (per-thread
 // tiles, the decode path's partial states); the caller's lse array ([B, n_heads, n_q] T's) is

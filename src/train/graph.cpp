@@ -42,11 +42,9 @@ uint64_t site_attn_probs(int64_t l) { return 1 + 3 * static_cast<uint64_t>(l); }
 uint64_t site_attn_resid(int64_t l) { return 2 + 3 * static_cast<uint64_t>(l); }
 uint64_t site_ffn_resid(int64_t l) { return 3 + 3 * static_cast<uint64_t>(l); }
 
-uint64_t keep_threshold(double p) {  // keep iff (u >> 11) >= threshold, u uniform 64-bit
-  return static_cast<uint64_t>(std::ceil(p * 9007199254740992.0));  // p * 2^53
-}
+uint64_t keep_threshold(double p) { return dropout_threshold(p); }
 uint64_t site_key(uint64_t seed, uint64_t site) { return mix64(seed ^ mix64(site + 0x5151)); }
-bool keep_bit(uint64_t key, uint64_t index, uint64_t threshold) { return (mix64(key + index) >> 11) >= threshold; }
+bool keep_bit(uint64_t key, uint64_t index, uint64_t threshold) { return dropout_kept(key, index, threshold); }
 
 }  // namespace
 
@@ -80,7 +78,7 @@ TrainGraph<T>::TrainGraph(const ModelConfig& config, int64_t batch, int64_t cont
 
   const int64_t R = rows_, d = c.d_model, hd = c.head_dim(), dq = c.n_heads * hd, dkv = c.n_kv_heads * hd;
   const bool post = c.norm_placement == NormPlacement::Post;
-  const bool probs = c.dropout > 0 || kernel == AttentionKernel::Reference;
+  const bool probs = kernel == AttentionKernel::Reference;
   layers_.resize(c.n_layers);
   for (int64_t l = 0; l < c.n_layers; ++l) {
     auto name = [&](const char* rest) { return fmt::format("layers.{}.{}", l, rest); };
@@ -299,6 +297,14 @@ void dropout_attention_backward(HeadsView<T> dq, HeadsView<T> dk, HeadsView<T> d
 
 }  // namespace
 
+// The tiled kernel's dropout for layer l: the same key, threshold and scale as the reference path's
+// mask (site_attn_probs), so both kernels drop the same probabilities.
+template <typename T>
+AttentionDropout TrainGraph<T>::attention_dropout_(int64_t l, bool on) const {
+  if (!on) return {};
+  return {site_key(seed_, site_attn_probs(l)), keep_threshold(config_.dropout), 1.0 / (1.0 - config_.dropout)};
+}
+
 template <typename T>
 void TrainGraph<T>::attention_forward_(Layer& L, int64_t l, bool training) {
   const auto& c = config_;
@@ -310,14 +316,14 @@ void TrainGraph<T>::attention_forward_(Layer& L, int64_t l, bool training) {
   auto q = heads_btHd<const T>(L.q, Tn, c.n_heads, hd);
   auto k = heads_btHd<const T>(L.k, Tn, c.n_kv_heads, hd);
   auto v = heads_btHd<const T>(L.v, Tn, c.n_kv_heads, hd);
-  if (training && c.dropout > 0) {
+  const bool drop = training && c.dropout > 0;
+  if (kernel_ == AttentionKernel::Reference) {
     attention_forward<T>(o, L.probs, q, k, v, shape, mask);
-    dropout_attention_output<T>(o, L.probs, v, shape, site_key(seed_, site_attn_probs(l)),
-                                keep_threshold(c.dropout), T(1.0 / (1.0 - c.dropout)));
-  } else if (kernel_ == AttentionKernel::Reference) {
-    attention_forward<T>(o, L.probs, q, k, v, shape, mask);
+    if (drop)
+      dropout_attention_output<T>(o, L.probs, v, shape, site_key(seed_, site_attn_probs(l)),
+                                  keep_threshold(c.dropout), T(1.0 / (1.0 - c.dropout)));
   } else {
-    flash_attention_forward<T>(o, L.lse, q, k, v, shape, mask);
+    flash_attention_forward<T>(o, L.lse, q, k, v, shape, mask, attention_dropout_(l, drop));
   }
 }
 
@@ -335,14 +341,15 @@ void TrainGraph<T>::attention_backward_(Layer& L, int64_t l, T* dq, T* dk, T* dv
   auto gk = heads_btHd(dk, Tn, c.n_kv_heads, hd);
   auto gv = heads_btHd(dv, Tn, c.n_kv_heads, hd);
   auto go = heads_btHd<const T>(dout, Tn, c.n_heads, hd);
-  if (training_ && c.dropout > 0)
+  const bool drop = training_ && c.dropout > 0;
+  if (kernel_ == AttentionKernel::Reference && drop)
     dropout_attention_backward<T>(gq, gk, gv, go, L.probs, vq, vk, vv, shape, site_key(seed_, site_attn_probs(l)),
                                   keep_threshold(c.dropout), T(1.0 / (1.0 - c.dropout)));
   else if (kernel_ == AttentionKernel::Reference)
     attention_backward<T>(gq, gk, gv, go, L.probs, vq, vk, vv, shape, mask);
   else
     flash_attention_backward<T>(gq, gk, gv, go, heads_btHd<const T>(L.o, Tn, c.n_heads, hd), L.lse, vq, vk, vv,
-                                shape, mask);
+                                shape, mask, attention_dropout_(l, drop));
 }
 
 template <typename T>

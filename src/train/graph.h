@@ -16,8 +16,9 @@
 // branch (after wo and after w2) and on the attention probabilities. Masks are counter-based
 // (a pure function of the step's seed, the site and the element index), so the backward
 // regenerates them instead of storing them, and results do not depend on the thread count.
-// Attention dropout needs the probabilities, so with dropout > 0 the graph runs its own plain
-// attention (scores materialised, [B, H, T, T] saved) instead of the tiled kernel.
+// Attention dropout: the tiled kernel regenerates the mask tile by tile from the same key
+// (kernels/flash_attention.h, AttentionDropout), so nothing of size [B, H, T, T] is stored; with
+// the reference kernel the graph applies the same mask to the saved probabilities.
 //
 // The backward accumulates (+=) into a gradient arena that mirrors the parameters, so gradient
 // accumulation over micro-batches is repeated forward/backward calls before one optimizer step.
@@ -28,6 +29,7 @@
 
 #include "core/arena.h"
 #include "kernels/embedding.h"
+#include "kernels/flash_attention.h"
 #include "model/config.h"
 #include "model/model.h"
 
@@ -62,6 +64,7 @@ class TrainGraph {
     // saved activations
     T *x, *n1_in, *u1, *mean1, *rstd1, *q, *k, *v, *o, *lse, *probs, *h, *n2_in, *u2, *mean2, *rstd2, *a, *g, *act;
   };
+  AttentionDropout attention_dropout_(int64_t layer, bool on) const;
   void attention_forward_(Layer& L, int64_t layer, bool training);
   void attention_backward_(Layer& L, int64_t layer, T* dq, T* dk, T* dv, const T* dout);
   void norm_forward_(T* y, T* mean, T* rstd, const T* x, const T* w, const T* b, int64_t rows);
