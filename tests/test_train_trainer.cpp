@@ -1,6 +1,7 @@
 // The training loop (train/trainer.h): exact resumption from a checkpoint, NaN detection that
 // leaves the last checkpoint intact, learning a deterministic pattern to near-zero loss, the
 // options' JSON form, evaluation determinism.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -176,7 +177,34 @@ TEST(Trainer, NonFiniteGradientIsReported) {
   // output of the attention: scaling wo by 1e37 overflows the residual stream's gradient.
   float* wo = s->model().params().get("layers.0.attn.wo.weight").data();
   for (int i = 0; i < 32 * 32; ++i) wo[i] = 3e38f;
-  EXPECT_THROW(s->step(), Error);
+  try {
+    s->step();
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("step 1: the gradient norm is"));
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("first non-finite gradient: "));
+  }
+  EXPECT_EQ(s->current_step(), 0);
+}
+
+// Every weight finite but the forward overflows: two branch biases of 2e38 make the residual
+// stream 2e38 after layer 0 (finite; the norms work in double) and 4e38 = inf at layer 1's h. The
+// error names that first non-finite activation, in forward order, instead of a weight.
+TEST(Trainer, ForwardOverflowNamesTheActivation) {
+  const Fixture f = shakespeare();
+  auto s = make_session(f, small_options(), 0.0);
+  for (const char* name : {"layers.0.ffn.w2.bias", "layers.1.attn.wo.bias"}) {
+    float* b = s->model().params().get(name).data();
+    for (int i = 0; i < 32; ++i) b[i] = 2e38f;
+  }
+  try {
+    s->step();
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("step 1: the loss is"));
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("every weight is finite; the forward overflowed at activation "
+                                               "layers.1.h (element"));
+  }
   EXPECT_EQ(s->current_step(), 0);
 }
 

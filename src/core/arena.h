@@ -59,6 +59,7 @@ class BasicArena {
   const std::vector<Entry>& entries() const { return entries_; }
   TensorView<T> view(const Entry& e) { return TensorView<T>(storage_.data() + e.offset, e.shape); }
   T* data() { return storage_.data(); }
+  const T* data() const { return storage_.data(); }
   // Elements including alignment padding (padding stays zero).
   int64_t size() const { return size_; }
   void zero() { std::fill(storage_.begin(), storage_.end(), T(0)); }

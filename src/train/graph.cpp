@@ -198,6 +198,18 @@ TrainGraph<T>::TrainGraph(const ModelConfig& config, int64_t batch, int64_t cont
 }
 
 template <typename T>
+std::string TrainGraph<T>::first_non_finite_activation() const {
+  for (const auto& e : acts_.entries()) {
+    if (e.name == "dlogits") break;  // the backward's scratch follows
+    if (e.name.ends_with(".lse")) continue;  // -inf is a legal log-sum-exp (a row with no key)
+    const T* p = acts_.data() + e.offset;
+    for (int64_t i = 0; i < e.shape.numel(); ++i)
+      if (!std::isfinite(p[i])) return fmt::format("{} (element {}: {})", e.name, i, p[i]);
+  }
+  return "";
+}
+
+template <typename T>
 void TrainGraph<T>::dropout_(T* x, int64_t n, uint64_t site) const {
   const uint64_t key = site_key(seed_, site), thr = keep_threshold(config_.dropout);
   const T scale = T(1.0 / (1.0 - config_.dropout));

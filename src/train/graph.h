@@ -25,6 +25,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "core/arena.h"
@@ -53,6 +54,11 @@ class TrainGraph {
   int64_t count() const { return count_; }    // counted targets in the last forward
   const T* logits() const { return logits_; } // [batch * context, vocab] of the last forward
   int64_t activation_bytes() const { return static_cast<int64_t>(acts_.size() * sizeof(T)); }
+  // The first saved activation of the last forward holding a NaN or an infinity, in forward order
+  // (per layer: its input x, the norm's output u1, q, k, v, the attention output o, h, u2, the
+  // FFN's a and act; then the final norm and the logits), as "layers.1.a (element 5: inf)";
+  // "" when every one is finite.
+  std::string first_non_finite_activation() const;
   int64_t batch() const { return batch_; }
   int64_t context() const { return context_; }
 

@@ -115,6 +115,8 @@ void TrainOptions::validate() const {
   need(eval_steps > 0, "--eval-steps", eval_steps, "positive");
   need(checkpoint_every >= 0, "--checkpoint-every", checkpoint_every, ">= 0 (0 = with each evaluation)");
   need(log_every > 0, "--log-every", log_every, "positive");
+  need(eps > 0 && std::isfinite(eps), "--eps", eps, "positive");
+  need(threads >= 0, "--threads", threads, ">= 0 (0 = all cores)");
   need(val_fraction >= 0 && val_fraction < 1, "--val-fraction", val_fraction, "in [0, 1)");
   parse_attention_kernel(attention);
 }
@@ -164,11 +166,18 @@ TrainSession::TrainSession(TrainOptions options, const ModelConfig& config, std:
   opt_ = std::make_unique<AdamW>(model_->params(),
                                  AdamWConfig{options_.beta1, options_.beta2, options_.eps, options_.weight_decay});
   graph_ = std::make_unique<TrainGraph<float>>(c, options_.batch, context_, kernel);
-  sampler_ = std::make_unique<BatchSampler>(data_.train, options_.batch, context_, options_.seed, "training");
-  // A validation split that was asked for must hold one window: checked now, naming the numbers,
-  // rather than at the first evaluation (an empty split, e.g. a cut that left nothing, included).
+  // Each split must hold one window of context + 1 tokens: checked now, naming the split's source
+  // and the numbers, rather than at the first step or evaluation (an empty validation split, e.g.
+  // a cut that left nothing, included).
+  auto need_window = [&](const std::vector<TokenId>& tokens, const char* split, const std::string& source) {
+    if (static_cast<int64_t>(tokens.size()) < context_ + 1)
+      fail("the {} split{} has {} tokens; --context {} needs at least {}", split,
+           source.empty() ? "" : " (" + source + ")", tokens.size(), context_, context_ + 1);
+  };
+  need_window(data_.train, "training", data_.train_source);
   if (!data_.val.empty() || !options_.val_data.empty() || options_.val_fraction > 0)
-    BatchSampler(data_.val, options_.batch, context_, options_.seed, "validation");
+    need_window(data_.val, "validation", data_.val_source);
+  sampler_ = std::make_unique<BatchSampler>(data_.train, options_.batch, context_, options_.seed, "training");
   inputs_.resize(options_.batch * context_);
   targets_.resize(options_.batch * context_);
 }
@@ -187,10 +196,16 @@ StepResult TrainSession::step() {
     const uint64_t seed = mix64(options_.seed ^ mix64(kDropoutStream + static_cast<uint64_t>(step_ * k + micro)));
     const double loss = graph_->forward(params, inputs_.data(), targets_.data(), dropout, seed);
     if (!std::isfinite(loss)) {
-      const std::string bad = first_non_finite(params);
+      // A weight first; with every weight finite, the activation where the forward overflowed.
+      std::string bad = first_non_finite(params);
+      if (bad.empty()) {
+        const std::string act = graph_->first_non_finite_activation();
+        bad = fmt::format("every weight is finite; the forward overflowed at activation {}",
+                          act.empty() ? "the loss" : act);
+      }
       fail("step {}: the loss is {}; first non-finite tensor: {}. Nothing was updated; the last checkpoint "
            "is intact",
-           step_ + 1, loss, bad.empty() ? "the logits (every parameter is finite)" : bad);
+           step_ + 1, loss, bad);
     }
     graph_->backward(params, grads_, 1.0f / static_cast<float>(k));
     r.loss += loss / static_cast<double>(k);
@@ -329,6 +344,11 @@ void run_training(TrainOptions o, const std::string& resume_dir, const std::vect
     } catch (const nlohmann::json::exception& e) {
       fail("{}: train_state has no readable options: {}", ckpt, e.what());
     }
+    // The model and tokenizer are the checkpoint's: --config and --tokenizer cannot change them.
+    for (const char* key : {"config", "tokenizer"})
+      if (std::count(given.begin(), given.end(), std::string(key)))
+        fail("--{} cannot be given with --resume: the checkpoint {} holds the model's config and tokenizer", key,
+             ckpt);
     // The saved options, with the flags given now on top.
     const nlohmann::json now = o.to_json();
     for (const std::string& key : given)
@@ -353,8 +373,11 @@ void run_training(TrainOptions o, const std::string& resume_dir, const std::vect
       fail("{} already holds a training run; continue it with --resume {} or choose another --out", o.out, o.out);
     // Everything that can be checked is checked before the run folder is created, so a bad flag,
     // config or file leaves nothing behind.
-    for (const std::string& f : {o.data, o.val_data})
-      if (!f.empty() && !fs::is_regular_file(f)) fail("{}: no such file", f);
+    for (const std::string& f : {o.data, o.val_data}) {
+      if (f.empty()) continue;
+      if (!fs::is_regular_file(f)) fail("{}: no such file", f);
+      if (fs::file_size(f) == 0) fail("{}: empty file", f);
+    }
     ModelConfig config = o.config.empty() ? ModelConfig{} : ModelConfig::from_file(o.config);
     auto tok = training_tokenizer(o);
     if (config.vocab_size == 0) config.vocab_size = tok->vocab_size();
@@ -364,9 +387,18 @@ void run_training(TrainOptions o, const std::string& resume_dir, const std::vect
     config.validate();
     if (o.context > config.context_length)
       fail("--context {} exceeds the config's context_length {}", o.context, config.context_length);
+    // The token cache goes into the run folder; a split too small for the context is only known
+    // once tokenized, so a folder this run created is removed again when the set-up fails.
+    const bool created = !fs::exists(o.out);
     fs::create_directories(o.out);
-    Dataset data = load_dataset(o.data, o.val_data, o.val_fraction, *tok, o.out);
-    session = std::make_unique<TrainSession>(o, config, std::move(tok), std::move(data));
+    try {
+      Dataset data = load_dataset(o.data, o.val_data, o.val_fraction, *tok, o.out);
+      session = std::make_unique<TrainSession>(o, config, std::move(tok), std::move(data));
+    } catch (...) {
+      std::error_code ec;
+      if (created) fs::remove_all(o.out, ec);
+      throw;
+    }
     std::error_code ec;
     fs::remove(fs::path(o.out) / "metrics.jsonl", ec);
   }

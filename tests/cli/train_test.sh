@@ -4,7 +4,8 @@
 #     resumed again to 400: the same loss at every step (the plain progress lines, one per step),
 #     the same metrics.jsonl and a byte-identical model file, at the same thread count;
 #   * the run folder's files, eval of the result, plot, generate with the trained model;
-#   * errors: an existing run without --resume, a bad flag value, a missing data file.
+#   * errors: an existing run without --resume, bad flag values, a missing, empty or too small data
+#     file (no run folder left behind), --config with --resume.
 #   tests/cli/train_test.sh PATH/TO/tformer
 set -uo pipefail
 tf="$1"
@@ -100,6 +101,23 @@ check "--val-data with --val-fraction is refused" test "$rc" -ne 0
 "$tf" train --resume "$tmp/b" --steps 400 > /dev/null 2> "$tmp/err.txt"; rc=$?
 check "resuming a finished run exits 1" test "$rc" -eq 1
 check "... naming the step" grep -q 'already holds step 400' "$tmp/err.txt"
+
+"$tf" train --resume "$tmp/b" --steps 500 --config "$tmp/tiny.json" > /dev/null 2> "$tmp/err.txt"; rc=$?
+check "--config with --resume exits 1" test "$rc" -eq 1
+check "... saying the checkpoint holds the config" grep -q -- '--config cannot be given with --resume' "$tmp/err.txt"
+"$tf" train "${flags[@]}" --out "$tmp/g" --steps 10 --eps 0 > /dev/null 2> "$tmp/err.txt"; rc=$?
+check "--eps 0 exits 1 naming the flag" bash -c "test $rc -eq 1 && grep -q -- '--eps is 0' '$tmp/err.txt'"
+check "... and no run folder is left behind" test ! -e "$tmp/g"
+: > "$tmp/empty.txt"
+"$tf" train --data "$tmp/empty.txt" --config "$tmp/tiny.json" --out "$tmp/h" --steps 10 > /dev/null 2> "$tmp/err.txt"
+rc=$?
+check "an empty --data file exits 1 naming it" bash -c "test $rc -eq 1 && grep -q 'empty.txt: empty file' '$tmp/err.txt'"
+head -c 30 "$data" > "$tmp/small.txt"
+"$tf" train --data "$tmp/small.txt" --config "$tmp/tiny.json" --out "$tmp/i" --steps 10 > /dev/null 2> "$tmp/err.txt"
+rc=$?
+check "a corpus too small for the context exits 1" test "$rc" -eq 1
+check "... naming the file and the numbers" grep -q 'training split (.*small.txt.*) has 27 tokens; --context 32 needs at least 33' "$tmp/err.txt"
+check "... and the run folder it created (token cache included) is removed" test ! -e "$tmp/i"
 
 echo "$passed passed, $failed failed"
 test "$failed" -eq 0

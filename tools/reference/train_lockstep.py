@@ -21,7 +21,7 @@ tokenizer); the validation split is the last --val-fraction of the bytes (floor(
   tools/reference/train_lockstep.py --data FILE --init INIT.safetensors --seed S \
       --tformer-log LOG --tformer-model DIR/model.safetensors [recipe flags as tformer train's]
 
-bench/train_lockstep.sh runs tformer and this script on nanoGPT's Tiny Shakespeare recipe.
+bench/train_seeds.sh runs tformer, PyTorch and this script on nanoGPT's Tiny Shakespeare recipe per seed.
 """
 import argparse
 import json
