@@ -4,6 +4,7 @@
 #include <array>
 
 #include "core/error.h"
+#include "io/deflate.h"
 #include "tokenizer/text_lines.h"
 
 namespace tformer {
@@ -75,24 +76,12 @@ std::string encode_png_rgb(int width, int height, const std::vector<uint8_t>& rg
     raw.append(reinterpret_cast<const char*>(rgb.data()) + y * row, row);
   }
 
-  // zlib stream: CMF 0x78 (deflate, 32K window), FLG 0x01 (no dictionary; 0x7801 % 31 == 0).
-  std::string z;
-  z.reserve(raw.size() + raw.size() / 65535 * 5 + 16);
-  z.push_back(0x78);
-  z.push_back(0x01);
-  size_t at = 0;
-  do {
-    const size_t len = std::min<size_t>(raw.size() - at, 65535);
-    const bool last = at + len == raw.size();
-    z.push_back(last ? 0x01 : 0x00);  // BFINAL, BTYPE = 00 (stored); the rest of the byte is padding
-    z.push_back(static_cast<char>(len & 0xff));
-    z.push_back(static_cast<char>(len >> 8));
-    z.push_back(static_cast<char>(~len & 0xff));
-    z.push_back(static_cast<char>((~len >> 8) & 0xff));
-    z.append(raw, at, len);
-    at += len;
-  } while (at < raw.size());
-  put_be32(z, adler32(reinterpret_cast<const uint8_t*>(raw.data()), raw.size()));
+  // zlib stream: CMF 0x78 (deflate, 32K window), FLG 0x01 (no dictionary; 0x7801 % 31 == 0), the
+  // deflate stream (fixed-Huffman LZ77, or stored blocks when that is not smaller), Adler-32.
+  const auto* raw_bytes = reinterpret_cast<const uint8_t*>(raw.data());
+  std::string z("\x78\x01", 2);
+  z += deflate_compress(raw_bytes, raw.size());
+  put_be32(z, adler32(raw_bytes, raw.size()));
 
   std::string ihdr;
   put_be32(ihdr, static_cast<uint32_t>(width));

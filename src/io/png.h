@@ -1,10 +1,11 @@
-// A minimal PNG writer: 8-bit RGB, no compression, no external library.
+// A minimal PNG writer: 8-bit RGB, our own DEFLATE (io/deflate.h), no external library.
 //
 // The file (all integers big-endian, as PNG wants):
 //   the 8-byte signature 89 50 4E 47 0D 0A 1A 0A
 //   IHDR  width, height (u32), bit depth 8, colour type 2 (RGB), compression 0, filter 0, interlace 0
 //   IDAT  one zlib stream (RFC 1950): header 78 01, then the scanlines (each a filter byte 0 and the
-//         row's 3 * width bytes) in STORED deflate blocks (RFC 1951, type 00) of at most 65535 bytes,
+//         row's 3 * width bytes) compressed by deflate_compress (one fixed-Huffman block with LZ77
+//         matches; stored blocks of at most 65535 bytes when that is not smaller, e.g. noise),
 //         then the Adler-32 of the scanlines
 //   IEND
 // Each chunk is length (u32), type, data, CRC-32 of type and data (the ISO-HDLC / zlib CRC).
