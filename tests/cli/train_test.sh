@@ -4,6 +4,7 @@
 #     resumed again to 400: the same loss at every step (the plain progress lines, one per step),
 #     the same metrics.jsonl and a byte-identical model file, at the same thread count;
 #   * the run folder's files, eval of the result, plot, generate with the trained model;
+#   * eval of a torch-trained fixture model against torch's loss and token count;
 #   * errors: an existing run without --resume, bad flag values, a missing, empty or too small data
 #     file (no run folder left behind), --config with --resume.
 #   tests/cli/train_test.sh PATH/TO/tformer
@@ -80,6 +81,25 @@ check "eval prints loss and perplexity" grep -q '^loss [0-9.]*  perplexity' "$tm
 check "plot writes a PNG" bash -c "head -c 8 '$tmp/a/loss.png' | od -An -tx1 | grep -q '89 50 4e 47 0d 0a 1a 0a'"
 out=$("$tf" generate --model "$tmp/a/model.safetensors" --prompt "ROMEO:" --max-new-tokens 20 --seed 1)
 check "generate continues the prompt" test "${#out}" -gt 6
+
+# eval against PyTorch: the trained fixture model of tools/reference/gen_trajectory_fixture.py on
+# the corpus' first 3001 tokens (187 windows of 16 scored tokens and one of 8): torch's mean loss
+# to the 4 printed decimals, the token count exactly, perplexity = exp(loss); any --batch.
+fx="$here/fixtures/train"
+want_loss=$(grep -o '"loss": [0-9.e+-]*' "$fx/trajectory.json" | tail -n 1 | awk '{print $2}')
+want_count=$(grep -o '"tokens_scored": [0-9]*' "$fx/trajectory.json" | awk '{print $2}')
+for b in 1 8; do
+  "$tf" eval --model "$fx/trajectory_model.safetensors" --data "$data" --max-tokens 3001 --batch "$b" \
+    > "$tmp/eval$b.txt"
+  got_loss=$(awk '{print $2}' "$tmp/eval$b.txt")
+  got_ppl=$(awk '{print $4}' "$tmp/eval$b.txt")
+  got_count=$(awk '{print $7}' "$tmp/eval$b.txt")
+  check "eval --batch $b: loss $got_loss is torch's $want_loss" \
+    awk -v a="$got_loss" -v b="$want_loss" 'BEGIN { d = a - b; exit !(d < 6e-5 && d > -6e-5) }'
+  check "eval --batch $b: $got_count tokens scored (torch: $want_count)" test "$got_count" = "$want_count"
+  check "eval --batch $b: perplexity $got_ppl = exp(loss)" \
+    awk -v p="$got_ppl" -v l="$want_loss" 'BEGIN { r = p / exp(l); exit !(r < 1.0001 && r > 0.9999) }'
+done
 
 # Errors: exit 1 with a message naming the problem.
 "$tf" train "${flags[@]}" --out "$tmp/a" --steps 10 > /dev/null 2> "$tmp/err.txt"; rc=$?

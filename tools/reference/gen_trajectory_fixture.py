@@ -20,10 +20,13 @@ Float32 throughout, torch.optim.AdamW (weight decay on every 2-D tensor except t
 torch.nn.utils.clip_grad_norm_.
 
 Writes tests/fixtures/train/trajectory.safetensors (the initial weights under their checkpoint
-names, the weights after the last step under "final.<name>") and trajectory.json: {"generator",
+names, the weights after the last step under "final.<name>"), trajectory.json: {"generator",
 "torch", "corpus", "config" (model config keys), "options" {steps, batch, context, grad_accum, lr,
 min_lr, warmup, decay_steps, beta1, beta2, eps, weight_decay, grad_clip, seed}, "steps": [{"loss",
-"grad_norm" (before clipping), "lr", "clipped"}]}.
+"grad_norm" (before clipping), "lr", "clipped"}], "eval": {max_tokens, loss, tokens_scored}}, and
+trajectory_model.safetensors: the trained model as a tformer model file (config and char tokenizer
+in __metadata__), with what `tformer eval --max-tokens 3001` must print for it on the corpus
+("eval": the first 3001 tokens in consecutive windows of 17, the last one shorter).
 """
 import json
 import os
@@ -43,14 +46,15 @@ OUT = os.path.join(ROOT, "tests", "fixtures", "train")
 
 INIT_SEED = 2024
 SEED = 11
+EVAL_TOKENS = 3001  # 187 full windows of 16 + one of 8 scored tokens
 CONFIG = {"context_length": 16, "d_model": 32, "n_layers": 2, "n_heads": 4}
 OPTIONS = {"steps": 60, "batch": 4, "context": 16, "grad_accum": 2, "lr": 3e-3, "min_lr": 3e-4, "warmup": 5,
            "decay_steps": 50, "beta1": 0.9, "beta2": 0.99, "eps": 1e-8, "weight_decay": 0.1, "grad_clip": 1.0,
            "seed": SEED}
 
 
-def write_safetensors(path, tensors):
-    header, blobs, offset = {}, [], 0
+def write_safetensors(path, tensors, metadata=None):
+    header, blobs, offset = ({"__metadata__": metadata} if metadata else {}), [], 0
     for name, t in tensors.items():
         b = t.detach().to(torch.float32).contiguous().numpy().tobytes()
         header[name] = {"dtype": "F32", "shape": list(t.shape), "data_offsets": [offset, offset + len(b)]}
@@ -107,6 +111,31 @@ def main():
         opt.step()
         steps.append({"loss": total, "grad_norm": norm, "lr": lr, "clipped": norm > o["grad_clip"]})
 
+    # `tformer eval` on the trained model: the file's first EVAL_TOKENS tokens in consecutive
+    # windows of context_length + 1 (stride context_length), the last one shorter; every token but
+    # the first scored once. Mean cross-entropy in float64 over the float32 logits.
+    model.eval()
+    ev = ids[:EVAL_TOKENS]
+    Tm = CONFIG["context_length"]
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for s0 in range(0, len(ev) - 1, Tm):
+            w = ev[s0:s0 + Tm + 1]
+            x, y = w[:-1].unsqueeze(0), w[1:]
+            t = x.shape[1]
+            h = model.tok_embeddings(x) + model.pos_embeddings.weight[:t]
+            for block in model.blocks:
+                h = block(h, model.mask)
+            logits = model.norm(h) @ model.tok_embeddings.weight.t()
+            nll = torch.nn.functional.cross_entropy(logits[0].double(), y, reduction="sum")
+            total += float(nll)
+            count += t
+    eval_result = {"max_tokens": EVAL_TOKENS, "loss": total / count, "tokens_scored": count}
+    meta = {"config": json.dumps(dict(CONFIG, vocab_size=len(alphabet))),
+            "tokenizer": json.dumps({"kind": "char", "version": 1, "bytes": alphabet})}
+    write_safetensors(os.path.join(OUT, "trajectory_model.safetensors"),
+                      {checkpoint_name(n): p for n, p in model.named_parameters()}, meta)
+
     n_clipped = sum(st["clipped"] for st in steps)
     if not 0 < n_clipped < len(steps):
         raise SystemExit(f"clipping acted on {n_clipped} of {len(steps)} steps: pick a grad_clip that splits them")
@@ -114,7 +143,8 @@ def main():
     tensors.update({"final." + checkpoint_name(n): p for n, p in model.named_parameters()})
     write_safetensors(os.path.join(OUT, "trajectory.safetensors"), tensors)
     doc = {"generator": "tools/reference/gen_trajectory_fixture.py", "torch": torch.__version__,
-           "corpus": "tests/fixtures/tinyshakespeare_100k.txt", "config": CONFIG, "options": o, "steps": steps}
+           "corpus": "tests/fixtures/tinyshakespeare_100k.txt", "config": CONFIG, "options": o, "steps": steps,
+           "eval": eval_result}
     with open(os.path.join(OUT, "trajectory.json.tmp"), "w") as f:
         json.dump(doc, f, indent=1)
     os.replace(os.path.join(OUT, "trajectory.json.tmp"), os.path.join(OUT, "trajectory.json"))
