@@ -55,7 +55,13 @@ void run_eval(const EvalOptions& o) {
   LoadedModel lm = load_model(o.model);
   lm.model->set_attention_kernel(parse_attention_kernel(o.attention));
   if (!lm.tokenizer) fail("{}: the model file carries no tokenizer", o.model);
-  std::vector<TokenId> ids = lm.tokenizer->encode(read_file_bytes(o.data));
+  std::vector<TokenId> ids;
+  try {
+    ids = lm.tokenizer->encode(read_file_bytes(o.data));
+  } catch (const Error& e) {
+    if (std::string_view(e.what()).starts_with(o.data)) throw;
+    fail("{}: {}", o.data, e.what());  // the tokenizer names the position; this names the file
+  }
   if (o.max_tokens > 0 && static_cast<int64_t>(ids.size()) > o.max_tokens) ids.resize(o.max_tokens);
   if (ids.size() < 2) fail("{}: fewer than 2 tokens; nothing to score", o.data);
   const int64_t T = lm.model->config().context_length, V = lm.model->config().vocab_size;

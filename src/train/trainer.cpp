@@ -405,6 +405,16 @@ void run_training(TrainOptions o, const std::string& resume_dir, const std::vect
   TrainSession& s = *session;
   const TrainOptions& opt = s.options();
   const std::string out = opt.out;
+  // Temporary files of an earlier run killed while writing its checkpoint or model (the atomic
+  // writers' "<target>.tmp.<pid>.<n>"): never read, removed here so they do not pile up.
+  {
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator(out, ec)) {
+      const std::string name = entry.path().filename().string();
+      if (name.starts_with("checkpoint.safetensors.tmp.") || name.starts_with("model.safetensors.tmp."))
+        fs::remove(entry.path(), ec);
+    }
+  }
   const std::string metrics = (fs::path(out) / "metrics.jsonl").string();
   const std::string ckpt = (fs::path(out) / "checkpoint.safetensors").string();
   const std::string model_path = (fs::path(out) / "model.safetensors").string();

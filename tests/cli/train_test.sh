@@ -58,8 +58,10 @@ kill -9 "$pid" 2> /dev/null
 wait "$pid" 2> /dev/null
 check "the interrupted run got past step 200 and was killed before 400" \
   bash -c "grep -q '^step 2[0-9][0-9]/400 ' '$tmp/b2.log' && ! grep -q '^step 400/400 ' '$tmp/b2.log'"
+echo "half a checkpoint" > "$tmp/b/checkpoint.safetensors.tmp.99999.0"  # as a kill during a write leaves
 "$tf" train --resume "$tmp/b" --steps 400 > "$tmp/b3.log" 2>&1
 check "resume exits 0" test $? -eq 0
+check "resume removes a dead run's temporary checkpoint" test ! -e "$tmp/b/checkpoint.safetensors.tmp.99999.0"
 check "resume says where it starts" grep -q 'resumed at step 200' "$tmp/b3.log"
 grep -o '^step [0-9]*/400 loss [0-9.]*' "$tmp/a.log" > "$tmp/a.steps"
 cat "$tmp/b1.log" "$tmp/b3.log" | grep -o '^step [0-9]*/[0-9]* loss [0-9.]*' | sed 's|/200 |/400 |' > "$tmp/b.steps"
@@ -100,6 +102,11 @@ for b in 1 8; do
   check "eval --batch $b: perplexity $got_ppl = exp(loss)" \
     awk -v p="$got_ppl" -v l="$want_loss" 'BEGIN { r = p / exp(l); exit !(r < 1.0001 && r > 0.9999) }'
 done
+
+printf 'ab\xffcd' > "$tmp/bad-byte.txt"
+"$tf" eval --model "$fx/trajectory_model.safetensors" --data "$tmp/bad-byte.txt" > /dev/null 2> "$tmp/err.txt"; rc=$?
+check "eval of a byte outside the vocabulary exits 1 naming the file and position" \
+  bash -c "test $rc -eq 1 && grep -q 'bad-byte.txt: char tokenizer: byte 255 (0xff) at position 2' '$tmp/err.txt'"
 
 # Errors: exit 1 with a message naming the problem.
 "$tf" train "${flags[@]}" --out "$tmp/a" --steps 10 > /dev/null 2> "$tmp/err.txt"; rc=$?
