@@ -22,7 +22,7 @@ while [[ $# -gt 0 ]]; do
   case "$1" in
     --seeds) seeds=$2; shift ;;
     --no-lockstep) lockstep=0 ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
     *) build=$1 ;;
   esac
   shift

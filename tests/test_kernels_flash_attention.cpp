@@ -529,6 +529,44 @@ TEST(FlashAttention, DropoutMatchesTheDefinitionInDouble) {
     }
 }
 
+// A NaN or infinite query makes its row's scores NaN (inf times keys of both signs), and torch's
+// softmax then gives a NaN row: so do both kernels (general path, decode path) -- a NaN must not
+// turn into zero weights, which would hide an overflow from the training's NaN check. The other
+// rows are unaffected, and a row with no allowed key still gives zeros.
+TEST(FlashAttention, NonFiniteQueriesGiveNaNRowsLikeTorch) {
+  for (const float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()})
+    for (const int64_t N : {1, 40, 130}) {
+      Case c;
+      c.batch = 1;
+      c.n_q = N;
+      c.n_kv = N == 1 ? 300 : N;  // N = 1: the decode path over a 300-key cache
+      c.n_heads = 2;
+      c.n_kv_heads = 1;
+      c.head_dim = 16;
+      c.grads = false;
+      if (N == 1) c.q_offset = {299};
+      SCOPED_TRACE(describe(c) + (std::isnan(bad) ? " NaN" : " inf"));
+      Data<float> d = make_data<float>(c);
+      const int64_t row = N / 2;  // query row `row` of head 1 gets the bad value in every component
+      for (int64_t e = 0; e < c.head_dim; ++e) d.q[(row * c.n_heads + 1) * c.head_dim + e] = bad;
+      const Result<float> f = run_flash(c, d), r = run_reference(c, d);
+      for (const auto* res : {&f, &r}) {
+        const char* who = res == &f ? "tiled" : "reference";
+        for (int64_t i = 0; i < N; ++i)
+          for (int64_t h = 0; h < c.n_heads; ++h)
+            for (int64_t e = 0; e < c.head_dim; ++e) {
+              const float o = res->out[(i * c.n_heads + h) * c.head_dim + e];
+              if (i == row && h == 1) {
+                ASSERT_TRUE(std::isnan(o)) << who << " row " << i << " head " << h;
+              } else {
+                ASSERT_TRUE(std::isfinite(o)) << who << " row " << i << " head " << h;
+              }
+            }
+      }
+      EXPECT_TRUE(std::isnan(f.lse[1 * N + row])) << "lse of the bad row";
+    }
+}
+
 // 1 and 2 threads give bit-identical outputs, lse and gradients, on shapes big enough for the
 // kernels to use threads (general forward, backward, decode).
 TEST(FlashAttention, ThreadCountDoesNotChangeResults) {

@@ -2,6 +2,7 @@
 // tiny models of every block variant (dropout included, with its masks fixed by the seed), the
 // tiled and reference attention paths against each other, the forward against Model's inference
 // forward, accumulation semantics, and dropout's statistics.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -263,6 +264,31 @@ TEST(TrainGraph, DropoutAppliesOnlyInTraining) {
   EXPECT_NE(t1, eval);
   EXPECT_EQ(t1, t1_again);
   EXPECT_NE(t1, t2);
+}
+
+// A forward that overflows is reported at the first activation it computes that is not finite,
+// in compute order (post-LN computes q, k, v, o before the norm input n1_in it allocates first).
+TEST(TrainGraph, FirstNonFiniteActivationFollowsTheComputeOrder) {
+  for (const char* variant : {"pre", "post"}) {
+    SCOPED_TRACE(variant);
+    const ModelConfig c = tiny(variant);
+    Model m(c);
+    randomize(m.params(), 5);
+    const Batch b = random_batch(2, 5, c.vocab_size, 3);
+    TrainGraph<float> g(c, 2, 5);
+    EXPECT_TRUE(std::isfinite(g.forward(m.params(), b.inputs.data(), b.targets.data())));
+    EXPECT_EQ(g.first_non_finite_activation(), "");
+    // Layer 1's attention input made ~10 everywhere (pre: its norm's bias; post: the previous
+    // layer's last norm's bias), then wq = 3e38: q = x . wq is ~5e40 = inf in every row, while every
+    // weight stays finite.
+    auto nb = m.params().get(std::string(variant) == "pre" ? "layers.1.attn_norm.bias" : "layers.0.ffn_norm.bias");
+    for (int64_t i = 0; i < nb.numel(); ++i) nb.data()[i] = 10.0f;
+    auto wq = m.params().get("layers.1.attn.wq.weight");
+    for (int64_t i = 0; i < wq.numel(); ++i) wq.data()[i] = 3e38f;
+    // (The infinite q makes the attention rows NaN, as in torch, so the loss is NaN too.)
+    EXPECT_FALSE(std::isfinite(g.forward(m.params(), b.inputs.data(), b.targets.data())));
+    EXPECT_THAT(g.first_non_finite_activation(), ::testing::StartsWith("layers.1.q (element "));
+  }
 }
 
 TEST(TrainGraph, ContextBeyondTheModelIsAnError) {

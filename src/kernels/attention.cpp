@@ -74,10 +74,15 @@ void attention_forward(HeadsView<T> out, T* probs, HeadsView<const T> q, HeadsVi
         const T* qi = q.at(b, i, h);
         // Scores; a disallowed key gets -infinity before softmax (and is not read).
         double max_score = kNegInf;
+        bool nan = false;
         for (int64_t j = 0; j < s.n_kv; ++j) {
           p[j] = m.allowed(b, i, j) ? dot(qi, k.at(b, j, g), hd) * scale : kNegInf;
           if (p[j] > max_score) max_score = p[j];
+          nan |= std::isnan(p[j]);
         }
+        // A NaN score (a NaN or infinite q or k) makes the whole row NaN, as torch's softmax does;
+        // so does a +infinite one (exp(inf - inf)).
+        if (nan) max_score = std::numeric_limits<double>::quiet_NaN();
         // Softmax over the allowed scores. max_score is -infinity only when no key is allowed:
         // that row's policy is all-zero weights and a zero output.
         const bool any_allowed = max_score != kNegInf;

@@ -7,7 +7,8 @@
 //
 // The mask has one meaning (true = the query may read the key), applied to the scores before
 // softmax; see AttentionMask::allowed. A query row with no allowed key returns zeros, and its
-// gradient is zero: never NaN. A disallowed key slot is never read (forward or backward), so
+// gradient is zero: never NaN. A NaN (or +infinite) score among a row's allowed keys makes the row
+// NaN, as torch's softmax does. A disallowed key slot is never read (forward or backward), so
 // empty or padded cache slots may hold anything, NaN included.
 #pragma once
 

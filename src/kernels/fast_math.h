@@ -43,7 +43,7 @@ inline float exp_f(float x) {
   p = fmadd(p, r, 1.0f);
   p = fmadd(p, r, 1.0f);
   const float scale = std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
-  return x > -87.0f ? p * scale : 0.0f;
+  return x > -87.0f ? p * scale : (x == x ? 0.0f : x);  // NaN in, NaN out (as std::exp)
 }
 
 // erfc(z) for z >= 0: t = 1 / (1 + z/2), erfc(z) = t exp(-z^2 + P(t)).

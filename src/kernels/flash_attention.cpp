@@ -137,11 +137,18 @@ inline void micro_kernel_generic(T* __restrict c, int64_t ldc, const T* __restri
 // + their sum, m[i] = m_new.
 template <typename T>
 void softmax_cols(T* st, int64_t ld, const T* ok, int64_t nk, int64_t nq, int64_t first, T* m, T* l, T* alpha) {
+  constexpr T kNaN = std::numeric_limits<T>::quiet_NaN();
   for (int64_t i = 0; i < nq; ++i) {
     T mx = -kInf<T>;
+    bool nan = false;
     for (int64_t j = 0; j < nk; ++j)
-      if (ok[j] == T(0) && i >= first + j) mx = st[j * ld + i] > mx ? st[j * ld + i] : mx;
-    const T mn = std::max(m[i], mx);
+      if (ok[j] == T(0) && i >= first + j) {
+        const T x = st[j * ld + i];
+        mx = x > mx ? x : mx;
+        nan |= x != x;
+      }
+    // A NaN score, or one from an earlier tile (m), makes the row NaN (torch's softmax does too).
+    const T mn = nan || m[i] != m[i] ? kNaN : std::max(m[i], mx);
     const T al = mn == -kInf<T> ? T(1) : exp_neg(m[i] - mn);
     T sum = 0;
     for (int64_t j = 0; j < nk; ++j) {
@@ -178,7 +185,9 @@ void ds_line(const T* st, const T* dp, const T* ok, int64_t n, int64_t first, in
 // mask): the same reduction and polynomial as fast::exp_f, with 2^n applied by vscalefps, which
 // needs no clamping of n (it underflows to 0 by itself), so the only guard is a floor on x.
 inline __m512 exp16(__m512 x) {
-  const __m512 xc = _mm512_max_ps(x, _mm512_set1_ps(-120.0f));  // (NaN gives -120 too)
+  // max(-120, x) returns x when x is NaN (vmaxps returns its second operand then): a NaN score
+  // stays NaN, as std::exp keeps it, instead of silently becoming a zero probability.
+  const __m512 xc = _mm512_max_ps(_mm512_set1_ps(-120.0f), x);
   const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-0.693359375f), xc);
@@ -219,9 +228,17 @@ inline void softmax_cols<float>(float* st, int64_t ld, const float* ok, int64_t 
       return _mm512_cmpge_epi32_mask(idx, _mm512_set1_epi32(static_cast<int32_t>(f0 + j)));
     };
     __m512 mx = ninf;
-    for (int64_t j = 0; j < nk; ++j) mx = _mm512_mask_max_ps(mx, allowed(j), mx, _mm512_loadu_ps(st + j * ld + i));
+    __mmask16 nan = 0;  // lanes with a NaN score among the allowed ones
+    for (int64_t j = 0; j < nk; ++j) {
+      const __m512 x = _mm512_loadu_ps(st + j * ld + i);
+      const __mmask16 a = allowed(j);
+      mx = _mm512_mask_max_ps(mx, a, mx, x);
+      nan |= _mm512_mask_cmp_ps_mask(a, x, x, _CMP_UNORD_Q);
+    }
     const __m512 mo = _mm512_loadu_ps(m + i);
-    const __m512 mn = _mm512_max_ps(mo, mx);
+    // NaN in this tile's scores or in the running max makes the row NaN (as torch's softmax).
+    nan |= _mm512_cmp_ps_mask(mo, mo, _CMP_UNORD_Q);
+    const __m512 mn = _mm512_mask_mov_ps(_mm512_max_ps(mo, mx), nan, _mm512_set1_ps(std::numeric_limits<float>::quiet_NaN()));
     const __mmask16 none = _mm512_cmp_ps_mask(mn, ninf, _CMP_EQ_OQ);
     const __m512 al = _mm512_mask_mov_ps(exp16(_mm512_sub_ps(mo, mn)), none, _mm512_set1_ps(1.0f));
     __m512 sum = _mm512_setzero_ps();
@@ -577,13 +594,14 @@ void forward_tiled(const Ctx& c, HeadsView<T> out, T* lse, HeadsView<const T> q,
         T* dst = out.at(b, i0 + r, h);
         const T* o = O.data() + r * hdp;
         const T l = lrow[r];
-        if (l > T(0)) {
+        const bool keys = !(l <= T(0));  // l > 0, or NaN (a NaN row stays NaN); 0: no allowed key
+        if (keys) {
           const T inv = T(1) / l;
           for (int64_t e = 0; e < hd; ++e) dst[e] = o[e] * inv;
         } else {
           for (int64_t e = 0; e < hd; ++e) dst[e] = T(0);
         }
-        if (lse) lse[(b * H + h) * s.n_q + i0 + r] = l > T(0) ? mrow[r] + std::log(l) : -kInf<T>;
+        if (lse) lse[(b * H + h) * s.n_q + i0 + r] = keys ? mrow[r] + std::log(l) : -kInf<T>;
       }
     }
   }
@@ -637,6 +655,9 @@ void forward_decode(const Ctx& c, HeadsView<T> out, T* lse, HeadsView<const T> q
         T mx = -kInf<T>;
 #pragma omp simd reduction(max : mx)
         for (int64_t j = 0; j < n; ++j) mx = sr[j] > mx ? sr[j] : mx;
+        bool nan = false;
+        for (int64_t j = 0; j < n; ++j) nan |= sr[j] != sr[j];
+        if (nan) mx = std::numeric_limits<T>::quiet_NaN();  // the row becomes NaN, as in torch
         T sum = 0;
         if (mx != -kInf<T>) {
 #pragma omp simd reduction(+ : sum)
@@ -672,7 +693,7 @@ void forward_decode(const Ctx& c, HeadsView<T> out, T* lse, HeadsView<const T> q
       const T* m_ = pm.data() + bh * n_chunks;
       const T* l_ = pl.data() + bh * n_chunks;
       T M = -kInf<T>;
-      for (int64_t ch = 0; ch < n_chunks; ++ch) M = std::max(M, m_[ch]);
+      for (int64_t ch = 0; ch < n_chunks; ++ch) M = m_[ch] != m_[ch] || M != M ? m_[ch] + M : std::max(M, m_[ch]);
       T* dst = out.at(b, 0, h);
       T L = 0;
       if (M != -kInf<T>) {
@@ -685,13 +706,14 @@ void forward_decode(const Ctx& c, HeadsView<T> out, T* lse, HeadsView<const T> q
           for (int64_t e = 0; e < hd; ++e) dst[e] = fmadd(a[e], w, dst[e]);
         }
       }
-      if (L > T(0)) {
+      const bool keys = !(L <= T(0));  // L > 0, or NaN (stays NaN); 0: no allowed key
+      if (keys) {
         const T inv = T(1) / L;
         for (int64_t e = 0; e < hd; ++e) dst[e] *= inv;
       } else {
         for (int64_t e = 0; e < hd; ++e) dst[e] = T(0);
       }
-      if (lse) lse[bh] = L > T(0) ? M + std::log(L) : -kInf<T>;
+      if (lse) lse[bh] = keys ? M + std::log(L) : -kInf<T>;
     }
   }
 }

@@ -7,6 +7,8 @@
 //     the reference, a NaN planted in such a slot would propagate as 0 * NaN);
 //   * a query row with no allowed key gives a zero output and a zero gradient (never NaN), and its
 //     log-sum-exp is -infinity;
+//   * a NaN score among a row's allowed keys (a NaN or infinite q or k), or a +infinite one, makes
+//     that row's output and log-sum-exp NaN, as torch's softmax does (never zero weights);
 //   * the backward ACCUMULATES (+=) into dq, dk, dv; dk and dv have the kv heads' shape
 //     [B, n_kv, n_kv_heads, hd] and sum over each kv head's group of query heads (GQA/MQA read the
 //     shared K/V head in place, no copies).
@@ -55,7 +57,8 @@ void flash_attention_backward(HeadsView<T> dq, HeadsView<T> dk, HeadsView<T> dv,
 
 // The bytes the kernels allocate themselves for this shape with `threads` threads (per-thread
 // tiles, the decode path's partial states); the caller's lse array ([B, n_heads, n_q] T's) is
-// not included. For benchmarks' memory accounting.
+// not included. For benchmarks' memory accounting, without dropout (with dropout a one-row call
+// takes the general path, whose tiles this does not count for n_q = 1).
 int64_t flash_attention_workspace_bytes(const AttentionShape& s, int64_t elem_size, int threads, bool backward);
 
 }  // namespace tformer

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <string>
+#include <span>
 #include <unordered_map>
 
 #include "core/error.h"
@@ -199,9 +200,24 @@ TrainGraph<T>::TrainGraph(const ModelConfig& config, int64_t batch, int64_t cont
 
 template <typename T>
 std::string TrainGraph<T>::first_non_finite_activation() const {
-  for (const auto& e : acts_.entries()) {
-    if (e.name == "dlogits") break;  // the backward's scratch follows
-    if (e.name.ends_with(".lse")) continue;  // -inf is a legal log-sum-exp (a row with no key)
+  // The order the forward computes them in (the arena's order differs for post-LN). The lse is
+  // left out: -inf is a legal log-sum-exp (a row with no key).
+  static constexpr const char* kPre[] = {"x", "u1", "mean1", "rstd1", "q", "k", "v", "o", "probs",
+                                         "h", "u2", "mean2", "rstd2", "a", "g", "act"};
+  static constexpr const char* kPost[] = {"x", "q", "k", "v", "o", "probs", "n1_in", "u1", "mean1",
+                                          "rstd1", "a", "g", "act", "n2_in", "mean2", "rstd2"};
+  std::unordered_map<std::string, const typename BasicArena<T>::Entry*> by_name;
+  for (const auto& e : acts_.entries()) by_name[e.name] = &e;
+  std::vector<std::string> order;
+  const bool post = config_.norm_placement == NormPlacement::Post;
+  for (int64_t l = 0; l < config_.n_layers; ++l)
+    for (const char* n : post ? std::span<const char* const>(kPost) : std::span<const char* const>(kPre))
+      order.push_back(fmt::format("layers.{}.{}", l, n));
+  for (const char* n : {"x_final", "uf", "meanf", "rstdf", "logits"}) order.emplace_back(n);
+  for (const std::string& name : order) {
+    const auto it = by_name.find(name);
+    if (it == by_name.end()) continue;  // not saved in this configuration
+    const auto& e = *it->second;
     const T* p = acts_.data() + e.offset;
     for (int64_t i = 0; i < e.shape.numel(); ++i)
       if (!std::isfinite(p[i])) return fmt::format("{} (element {}: {})", e.name, i, p[i]);

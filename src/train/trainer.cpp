@@ -1,10 +1,15 @@
 #include "train/trainer.h"
 
 #include <fmt/format.h>
+#include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
+#include <string_view>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -406,13 +411,19 @@ void run_training(TrainOptions o, const std::string& resume_dir, const std::vect
   const TrainOptions& opt = s.options();
   const std::string out = opt.out;
   // Temporary files of an earlier run killed while writing its checkpoint or model (the atomic
-  // writers' "<target>.tmp.<pid>.<n>"): never read, removed here so they do not pile up.
+  // writers' "<target>.tmp.<pid>.<n>"): never read, removed here so they do not pile up -- unless
+  // their process is still alive (another run writing into this folder right now).
   {
     std::error_code ec;
     for (const auto& entry : fs::directory_iterator(out, ec)) {
       const std::string name = entry.path().filename().string();
-      if (name.starts_with("checkpoint.safetensors.tmp.") || name.starts_with("model.safetensors.tmp."))
-        fs::remove(entry.path(), ec);
+      std::string_view rest;
+      for (std::string_view prefix : {"checkpoint.safetensors.tmp.", "model.safetensors.tmp."})
+        if (std::string_view(name).starts_with(prefix)) rest = std::string_view(name).substr(prefix.size());
+      if (rest.empty()) continue;
+      const long pid = std::strtol(std::string(rest.substr(0, rest.find('.'))).c_str(), nullptr, 10);
+      const bool alive = pid > 0 && pid != ::getpid() && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM);
+      if (!alive) fs::remove(entry.path(), ec);
     }
   }
   const std::string metrics = (fs::path(out) / "metrics.jsonl").string();

@@ -58,10 +58,16 @@ kill -9 "$pid" 2> /dev/null
 wait "$pid" 2> /dev/null
 check "the interrupted run got past step 200 and was killed before 400" \
   bash -c "grep -q '^step 2[0-9][0-9]/400 ' '$tmp/b2.log' && ! grep -q '^step 400/400 ' '$tmp/b2.log'"
-echo "half a checkpoint" > "$tmp/b/checkpoint.safetensors.tmp.99999.0"  # as a kill during a write leaves
+# What a kill during a checkpoint write leaves: a temporary file named by the writer's pid. One of
+# a finished process is removed on resume; one of a live process (this shell) is left alone.
+sleep 0 & dead=$!; wait "$dead"
+echo "half a checkpoint" > "$tmp/b/checkpoint.safetensors.tmp.$dead.0"
+echo "being written" > "$tmp/b/model.safetensors.tmp.$$.0"
 "$tf" train --resume "$tmp/b" --steps 400 > "$tmp/b3.log" 2>&1
 check "resume exits 0" test $? -eq 0
-check "resume removes a dead run's temporary checkpoint" test ! -e "$tmp/b/checkpoint.safetensors.tmp.99999.0"
+check "resume removes a dead run's temporary checkpoint" test ! -e "$tmp/b/checkpoint.safetensors.tmp.$dead.0"
+check "... but not a live process's" test -e "$tmp/b/model.safetensors.tmp.$$.0"
+rm -f "$tmp/b/model.safetensors.tmp.$$.0"
 check "resume says where it starts" grep -q 'resumed at step 200' "$tmp/b3.log"
 grep -o '^step [0-9]*/400 loss [0-9.]*' "$tmp/a.log" > "$tmp/a.steps"
 cat "$tmp/b1.log" "$tmp/b3.log" | grep -o '^step [0-9]*/[0-9]* loss [0-9.]*' | sed 's|/200 |/400 |' > "$tmp/b.steps"
