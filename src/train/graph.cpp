@@ -121,7 +121,10 @@ TrainGraph<T>::TrainGraph(const ModelConfig& config, int64_t batch, int64_t cont
     acts_.add(name("rstd2"), {R});
     acts_.add(name("a"), {R, c.d_ff});
     if (c.activation == Activation::SwiGLU) acts_.add(name("g"), {R, c.d_ff});
-    acts_.add(name("act"), {R, c.d_ff});
+    // The FFN activation act = gelu(a) (or swiglu(a, g)) is not saved: the forward writes it into
+    // the backward's scratch da, and the backward recomputes it there from the saved a (and g) --
+    // the same function of the same numbers, so the same bits -- saving 4 d_model floats per row
+    // per layer (a quarter of what a layer keeps) for one more elementwise pass.
   }
   acts_.add("x_final", {R, d});
   if (!post) {
@@ -163,7 +166,6 @@ TrainGraph<T>::TrainGraph(const ModelConfig& config, int64_t batch, int64_t cont
     L.rstd2 = get(name("rstd2"));
     L.a = get(name("a"));
     L.g = get(name("g"));
-    L.act = get(name("act"));
   }
   // post-LN: norm_2's output is the next layer's input.
   for (int64_t l = 0; l < c.n_layers; ++l) {
@@ -203,9 +205,9 @@ std::string TrainGraph<T>::first_non_finite_activation() const {
   // The order the forward computes them in (the arena's order differs for post-LN). The lse is
   // left out: -inf is a legal log-sum-exp (a row with no key).
   static constexpr const char* kPre[] = {"x", "u1", "mean1", "rstd1", "q", "k", "v", "o", "probs",
-                                         "h", "u2", "mean2", "rstd2", "a", "g", "act"};
+                                         "h", "u2", "mean2", "rstd2", "a", "g"};
   static constexpr const char* kPost[] = {"x", "q", "k", "v", "o", "probs", "n1_in", "u1", "mean1",
-                                          "rstd1", "a", "g", "act", "n2_in", "mean2", "rstd2"};
+                                          "rstd1", "a", "g", "n2_in", "mean2", "rstd2"};
   std::unordered_map<std::string, const typename BasicArena<T>::Entry*> by_name;
   for (const auto& e : acts_.entries()) by_name[e.name] = &e;
   std::vector<std::string> order;
@@ -438,11 +440,11 @@ double TrainGraph<T>::forward(BasicArena<T>& params, const TokenId* inputs, cons
     linear_forward<T>(L.a, f, P(L.w1), P(L.b1), R, d, ff);
     if (c.activation == Activation::SwiGLU) {
       linear_forward<T>(L.g, f, P(L.w3), P(L.b3), R, d, ff);
-      swiglu_forward<T>(L.act, L.a, L.g, R * ff);
+      swiglu_forward<T>(da_, L.a, L.g, R * ff);  // act, into scratch
     } else {
-      gelu_forward<T>(L.act, L.a, R * ff, c.activation == Activation::Gelu ? GeluKind::Exact : GeluKind::Tanh);
+      gelu_forward<T>(da_, L.a, R * ff, c.activation == Activation::Gelu ? GeluKind::Exact : GeluKind::Tanh);
     }
-    linear_forward<T>(br, L.act, P(L.w2), P(L.b2), R, ff, d);
+    linear_forward<T>(br, da_, P(L.w2), P(L.b2), R, ff, d);
     if (dropout_on()) dropout_(br, n, site_ffn_resid(l));
     if (!post) {
       add(next, L.h, br, n);
@@ -490,8 +492,13 @@ void TrainGraph<T>::backward(BasicArena<T>& params, BasicArena<T>& grads, T scal
 
   // dy (the gradient of a branch's output) -> du (the gradient of the branch's input).
   auto ffn_backward = [&](Layer& L, const T* f, const T* dy, T* du) {
+    // act recomputed into da_ (the same function of the same saved inputs: the forward's bits).
+    if (c.activation == Activation::SwiGLU)
+      swiglu_forward<T>(da_, L.a, L.g, R * ff);
+    else
+      gelu_forward<T>(da_, L.a, R * ff, c.activation == Activation::Gelu ? GeluKind::Exact : GeluKind::Tanh);
     zero(dact_, R * ff);
-    linear_backward<T>(dact_, G(L.w2), G(L.b2), dy, L.act, P(L.w2), R, ff, d);
+    linear_backward<T>(dact_, G(L.w2), G(L.b2), dy, da_, P(L.w2), R, ff, d);
     zero(da_, R * ff);
     if (c.activation == Activation::SwiGLU) {
       zero(dg_, R * ff);

@@ -54,10 +54,10 @@ class TrainGraph {
   int64_t count() const { return count_; }    // counted targets in the last forward
   const T* logits() const { return logits_; } // [batch * context, vocab] of the last forward
   int64_t activation_bytes() const { return static_cast<int64_t>(acts_.size() * sizeof(T)); }
-  // The first saved activation of the last forward holding a NaN or an infinity, in forward order
-  // (per layer: its input x, the norm's output u1, q, k, v, the attention output o, h, u2, the
-  // FFN's a and act; then the final norm and the logits), as "layers.1.a (element 5: inf)";
-  // "" when every one is finite.
+  // The first saved activation of the last forward holding a NaN or an infinity, in the order the
+  // forward computes them (per layer: its input x, the norm's output u1, q, k, v, the attention
+  // output o, h, u2, the FFN's a (and g); post-LN in its own order; then the final norm and the
+  // logits), as "layers.1.a (element 5: inf)"; "" when every one is finite.
   std::string first_non_finite_activation() const;
   int64_t batch() const { return batch_; }
   int64_t context() const { return context_; }
@@ -68,7 +68,7 @@ class TrainGraph {
     int64_t n1w = -1, n1b = -1, wq = -1, bq = -1, wk = -1, bk = -1, wv = -1, bv = -1, wo = -1, bo = -1;
     int64_t n2w = -1, n2b = -1, w1 = -1, b1 = -1, w2 = -1, b2 = -1, w3 = -1, b3 = -1;
     // saved activations
-    T *x, *n1_in, *u1, *mean1, *rstd1, *q, *k, *v, *o, *lse, *probs, *h, *n2_in, *u2, *mean2, *rstd2, *a, *g, *act;
+    T *x, *n1_in, *u1, *mean1, *rstd1, *q, *k, *v, *o, *lse, *probs, *h, *n2_in, *u2, *mean2, *rstd2, *a, *g;
   };
   AttentionDropout attention_dropout_(int64_t layer, bool on) const;
   void attention_forward_(Layer& L, int64_t layer, bool training);
