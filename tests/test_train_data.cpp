@@ -462,5 +462,27 @@ TEST(Progress, PlainLinesAndFormats) {
             "step 200/2000 loss 2.500000 lr 1.00e-03 tok/s 1000 eta 180s\n");
 }
 
+// The live line fits any terminal: the bar narrows to the room the fields leave (a terminal of
+// `columns` keeps its last column free, so \r returns to the line's start), disappears below 5
+// characters, then the fields are cut; the line is never wider than asked.
+TEST(Progress, LiveLineFitsTheTerminal) {
+  Progress p(2000, /*force_plain=*/true);
+  const std::string full = p.live_line(120, 2.3412346, 9.9e-4, 41234.4, 62.2);
+  const std::string fields = full.substr(23);  // after "[" + 20 bar characters + "] "
+  ASSERT_EQ(fields.substr(0, 9), "step 120/");
+  const double frac = 120.0 / 2000.0;
+  const int L = static_cast<int>(fields.size());
+  EXPECT_EQ(Progress::fit_line(frac, fields, 200), full);                        // room for the full bar
+  EXPECT_EQ(Progress::fit_line(frac, fields, L + 3 + 20), full);                 // exactly
+  EXPECT_EQ(Progress::fit_line(frac, fields, L + 3 + 10), "[..........] " + fields);  // 10-wide bar
+  EXPECT_EQ(Progress::fit_line(0.5, fields, L + 3 + 10), "[#####.....] " + fields);
+  EXPECT_EQ(Progress::fit_line(frac, fields, L + 3 + 5), "[.....] " + fields);   // the narrowest bar
+  EXPECT_EQ(Progress::fit_line(frac, fields, L + 3 + 4), fields);                // no bar
+  EXPECT_EQ(Progress::fit_line(frac, fields, 20), fields.substr(0, 20));         // fields cut
+  EXPECT_EQ(Progress::fit_line(frac, fields, 0), fields.substr(0, 1));           // never empty-width
+  for (int columns = 1; columns < 120; ++columns)
+    EXPECT_LE(Progress::fit_line(0.7, fields, columns).size(), static_cast<size_t>(columns)) << columns;
+}
+
 }  // namespace
 }  // namespace tformer

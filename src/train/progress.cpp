@@ -97,14 +97,19 @@ void Progress::update(int64_t step, double loss, double lr, double tokens_per_s,
   draw();
 }
 
-void Progress::draw() {
+std::string Progress::fit_line(double fraction, const std::string& fields, int columns) {
   // Fit the terminal, or the line would wrap and \r would no longer return to its start: the bar
   // narrows first (and is left out below 5 characters), then the fields are cut.
-  const int columns = std::max(terminal_columns() - 1, 1);
-  const int room = columns - static_cast<int>(last_fields_.size()) - 3;
-  std::string line = room >= 5 ? bar_text(last_fraction_, std::min(room, kBarWidth)) : std::string();
-  line += last_fields_;
+  columns = std::max(columns, 1);
+  const int room = columns - static_cast<int>(fields.size()) - 3;
+  std::string line = room >= 5 ? bar_text(fraction, std::min(room, kBarWidth)) : std::string();
+  line += fields;
   if (line.size() > static_cast<size_t>(columns)) line.resize(columns);
+  return line;
+}
+
+void Progress::draw() {
+  const std::string line = fit_line(last_fraction_, last_fields_, terminal_columns() - 1);
   fmt::print(stderr, "\r{}\x1b[K", line);
   std::fflush(stderr);
   drawn_ = true;

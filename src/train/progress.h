@@ -41,6 +41,9 @@ class Progress {
   std::string plain_line(int64_t step, double loss, double lr, double tokens_per_s, double eta_s) const;
   // The live line with a full-width bar; draw() narrows the bar to fit the terminal.
   std::string live_line(int64_t step, double loss, double lr, double tokens_per_s, double eta_s) const;
+  // What draw() prints for a terminal `columns` wide (one column is kept free): the bar narrowed to
+  // the room left by the fields, left out below 5 characters, then the fields cut; never wider.
+  static std::string fit_line(double fraction, const std::string& fields, int columns);
 
  private:
   double eta_seconds(int64_t step, double seconds_elapsed);

@@ -5,6 +5,7 @@
 #     the same metrics.jsonl and a byte-identical model file, at the same thread count;
 #   * the run folder's files, eval of the result, plot, generate with the trained model;
 #   * eval of a torch-trained fixture model against torch's loss and token count;
+#   * the live progress bar on a pseudo-terminal (util-linux's script), narrowed to fit;
 #   * errors: an existing run without --resume, bad flag values, a missing, empty or too small data
 #     file (no run folder left behind), --config with --resume.
 #   tests/cli/train_test.sh PATH/TO/tformer
@@ -113,6 +114,20 @@ printf 'ab\xffcd' > "$tmp/bad-byte.txt"
 "$tf" eval --model "$fx/trajectory_model.safetensors" --data "$tmp/bad-byte.txt" > /dev/null 2> "$tmp/err.txt"; rc=$?
 check "eval of a byte outside the vocabulary exits 1 naming the file and position" \
   bash -c "test $rc -eq 1 && grep -q 'bad-byte.txt: char tokenizer: byte 255 (0xff) at position 2' '$tmp/err.txt'"
+
+# On a terminal (a pty from util-linux's `script`, 70 columns): a live bar redrawn in place with \r,
+# narrowed to fit (never wider than 69 columns), with the evaluation lines printed above it.
+if command -v script > /dev/null 2>&1 && script -qfec true /dev/null > /dev/null 2>&1; then  # a pty is available
+  script -qfec "stty cols 70; '$tf' train --data '$data' --config '$tmp/tiny.json' --out '$tmp/live' --steps 30 \
+    --batch 4 --context 32 --eval-every 15 --eval-steps 1 --log-every 5 --threads 2" "$tmp/live.txt" > /dev/null 2>&1
+  tr '\r' '\n' < "$tmp/live.txt" | sed 's/\x1b\[K//g' | grep '^\[' > "$tmp/live.lines" || true
+  check "on a terminal: the live bar is redrawn in place" test "$(wc -l < "$tmp/live.lines")" -ge 6
+  check "... narrowed to the terminal (a bar, shorter than 20, lines <= 69 columns)" \
+    awk '{ if (length($0) > 69 || index($0, "] step") > 21) bad = 1 } END { exit bad || NR == 0 }' "$tmp/live.lines"
+  check "... with the evaluation lines above it" grep -q 'step 15: train loss [0-9.]*, val loss' "$tmp/live.txt"
+else
+  echo "skipped: the live progress bar (no pty for util-linux's script here)"
+fi
 
 # Errors: exit 1 with a message naming the problem.
 "$tf" train "${flags[@]}" --out "$tmp/a" --steps 10 > /dev/null 2> "$tmp/err.txt"; rc=$?
