@@ -50,6 +50,11 @@ class BasicArena {
   }
 
   bool contains(std::string_view name) const { return index_.contains(std::string(name)); }
+  // The entry named `name`, or nullptr.
+  const Entry* find(std::string_view name) const {
+    auto it = index_.find(std::string(name));
+    return it == index_.end() ? nullptr : &entries_[it->second];
+  }
   TensorView<T> get(std::string_view name) {
     auto it = index_.find(std::string(name));
     if (it == index_.end()) fail("arena: no tensor named '{}'", name);

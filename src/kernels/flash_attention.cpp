@@ -507,17 +507,19 @@ KvBlock<T> fetch_kv_block(T* Ks, T* Vs, T* bias, HeadsView<const T> k, HeadsView
 
 // Dropout on a tile of probabilities (query rows i0 .. i0 + rows, key slots j0 .. j0 + cols of
 // head h): element (r, j) lives at tile[r * ld_r + j * ld_j] and becomes P * scale when kept, 0 when
-// dropped (AttentionDropout's rule). The mask is regenerated from the key wherever it is needed.
+// dropped (AttentionDropout's rule). The mask is regenerated from the key wherever it is needed;
+// `factors` (same layout), when given, receives each element's factor (scale or 0) for reuse.
 template <typename T>
 void dropout_tile(T* tile, int64_t ld_r, int64_t ld_j, const Ctx& c, int64_t b, int64_t h, int64_t i0,
-                  int64_t rows, int64_t j0, int64_t cols) {
+                  int64_t rows, int64_t j0, int64_t cols, T* factors = nullptr) {
   const T scale = static_cast<T>(c.drop.scale);
   for (int64_t r = 0; r < rows; ++r) {
     const auto base = static_cast<uint64_t>(((b * c.s.n_heads + h) * c.s.n_q + i0 + r) * c.s.n_kv + j0);
-    T* x = tile + r * ld_r;
     for (int64_t j = 0; j < cols; ++j) {
-      T& e = x[j * ld_j];
-      e = dropout_kept(c.drop.key, base + static_cast<uint64_t>(j), c.drop.threshold) ? e * scale : T(0);
+      const int64_t at = r * ld_r + j * ld_j;
+      const T f = dropout_kept(c.drop.key, base + static_cast<uint64_t>(j), c.drop.threshold) ? scale : T(0);
+      tile[at] = f == T(0) ? T(0) : tile[at] * f;
+      if (factors) factors[at] = f;
     }
   }
 }
@@ -764,7 +766,7 @@ void backward_dkdv(const Ctx& c, HeadsView<T> dk, HeadsView<T> dv, HeadsView<con
     using U = typename ScratchBuffer<T>::Unfilled;  // every tile below is written before it is read
     ScratchBuffer<T> KT(0, hd * kBc, U{}), VT(1, hd * kBc, U{}), bias(2, kBc, U{}), Qs(3, kBr * hdp, U{}),
         dOs(4, kBr * hdp, U{}), lse_p(5, kBr, U{}), D(6, kBr, U{}), S(7, kBr * kBc, U{}), dP(8, kBr * kBc, U{}),
-        dKa(9, kBc * hdp, U{}), dVa(10, kBc * hdp, U{});
+        dKa(9, kBc * hdp, U{}), dVa(10, kBc * hdp, U{}), F(11, c.drop.active() ? kBr * kBc : 0, U{});
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < n_tasks; ++task) {
       const int64_t b = task / (G * nkb), g = (task / nkb) % G, kb = task % nkb;
@@ -795,15 +797,20 @@ void backward_dkdv(const Ctx& c, HeadsView<T> dk, HeadsView<T> dv, HeadsView<con
           tile_gemm<false, false>(S.data(), kBc, Qp, ldq, KT.data(), kBc, rows_p, cols_p, hd);   // S
           tile_gemm<false, false>(dP.data(), kBc, dOp, ldo, VT.data(), kBc, rows_p, cols_p, hd);  // dP
           // With dropout the tile above is dP' (the gradient of the dropped P'): dP = dP' * mask * scale.
-          if (c.drop.active()) dropout_tile<T>(dP.data(), kBc, 1, c, b, h, i0, rows, j0, jn);
+          if (c.drop.active()) dropout_tile<T>(dP.data(), kBc, 1, c, b, h, i0, rows, j0, jn, F.data());
           for (int64_t r = 0; r < rows_p; ++r) {
             // Row r may read local key j when j <= lim and the key is readable.
             const int64_t lim = c.m.causal ? sq.off + i0 + r - j0 : cols_p;
             ds_line<T>(S.data() + r * kBc, dP.data() + r * kBc, bias.data(), cols_p, 0, lim, &lse_p[r], 0, &D[r], 0,
                        /*dS*/ dP.data() + r * kBc, /*P*/ S.data() + r * kBc);
           }
-          // dV += P'^T dO: the dropped probabilities (the same mask again).
-          if (c.drop.active()) dropout_tile<T>(S.data(), kBc, 1, c, b, h, i0, rows, j0, jn);
+          // dV += P'^T dO: the dropped probabilities (the factors kept from the dP tile above).
+          if (c.drop.active())
+            for (int64_t r = 0; r < rows; ++r) {
+              T* sr = S.data() + r * kBc;
+              const T* fr = F.data() + r * kBc;
+              for (int64_t j = 0; j < jn; ++j) sr[j] = fr[j] == T(0) ? T(0) : sr[j] * fr[j];
+            }
           tile_gemm<true, true>(dVa.data(), hdp, S.data(), kBc, dOp, ldo, cols_p, hdp, rows_p);  // dV += P^T dO
           tile_gemm<true, true>(dKa.data(), hdp, dP.data(), kBc, Qp, ldq, cols_p, hdp, rows_p);  // dK += dS^T Q
         }

@@ -230,13 +230,13 @@ Dataset load_dataset(const std::string& data_path, const std::string& val_data_p
 // ---- BatchSampler --------------------------------------------------------------------------------
 
 BatchSampler::BatchSampler(const std::vector<TokenId>& tokens, int64_t batch, int64_t context, uint64_t seed,
-                           std::string split_name)
+                           std::string split_name, const std::string& source)
     : tokens_(tokens), batch_(batch), context_(context), split_name_(std::move(split_name)), rng_(seed) {
   if (batch <= 0) fail("--batch must be positive, got {}", batch);
   if (context <= 0) fail("--context must be positive, got {}", context);
   if (static_cast<int64_t>(tokens.size()) < context + 1)
-    fail("the {} split has {} tokens; --context {} needs at least {}", split_name_, tokens.size(), context,
-         context + 1);
+    fail("the {} split{} has {} tokens; --context {} needs at least {}", split_name_,
+         source.empty() ? "" : " (" + source + ")", tokens.size(), context, context + 1);
 }
 
 void BatchSampler::next(TokenId* inputs, TokenId* targets) {

@@ -70,9 +70,10 @@ uint64_t hash64(std::string_view bytes, uint64_t seed = 0);
 class BatchSampler {
  public:
   // tokens must outlive the sampler (it keeps a view). Throws Error when tokens.size() < context + 1:
-  // "the validation split has 40 tokens; --context 64 needs at least 65" (split_name "validation").
+  // "the validation split (F bytes [90, 100) of 100, 40 tokens) has 40 tokens; --context 64 needs
+  // at least 65" (split_name "validation", source the Dataset's description; "" leaves it out).
   BatchSampler(const std::vector<TokenId>& tokens, int64_t batch, int64_t context, uint64_t seed,
-               std::string split_name);
+               std::string split_name, const std::string& source = "");
 
   // Fills inputs and targets, each (batch, context).
   void next(TokenId* inputs, TokenId* targets);

@@ -43,14 +43,12 @@ uint64_t site_attn_probs(int64_t l) { return 1 + 3 * static_cast<uint64_t>(l); }
 uint64_t site_attn_resid(int64_t l) { return 2 + 3 * static_cast<uint64_t>(l); }
 uint64_t site_ffn_resid(int64_t l) { return 3 + 3 * static_cast<uint64_t>(l); }
 
-uint64_t keep_threshold(double p) { return dropout_threshold(p); }
 uint64_t site_key(uint64_t seed, uint64_t site) { return mix64(seed ^ mix64(site + 0x5151)); }
-bool keep_bit(uint64_t key, uint64_t index, uint64_t threshold) { return dropout_kept(key, index, threshold); }
 
 }  // namespace
 
 bool dropout_keep(uint64_t seed, uint64_t site, uint64_t index, double p) {
-  return keep_bit(site_key(seed, site), index, keep_threshold(p));
+  return dropout_kept(site_key(seed, site), index, dropout_threshold(p));
 }
 
 template <typename T>
@@ -208,8 +206,6 @@ std::string TrainGraph<T>::first_non_finite_activation() const {
                                          "h", "u2", "mean2", "rstd2", "a", "g"};
   static constexpr const char* kPost[] = {"x", "q", "k", "v", "o", "probs", "n1_in", "u1", "mean1",
                                           "rstd1", "a", "g", "n2_in", "mean2", "rstd2"};
-  std::unordered_map<std::string, const typename BasicArena<T>::Entry*> by_name;
-  for (const auto& e : acts_.entries()) by_name[e.name] = &e;
   std::vector<std::string> order;
   const bool post = config_.norm_placement == NormPlacement::Post;
   for (int64_t l = 0; l < config_.n_layers; ++l)
@@ -217,9 +213,9 @@ std::string TrainGraph<T>::first_non_finite_activation() const {
       order.push_back(fmt::format("layers.{}.{}", l, n));
   for (const char* n : {"x_final", "uf", "meanf", "rstdf", "logits"}) order.emplace_back(n);
   for (const std::string& name : order) {
-    const auto it = by_name.find(name);
-    if (it == by_name.end()) continue;  // not saved in this configuration
-    const auto& e = *it->second;
+    const auto* e_ptr = acts_.find(name);
+    if (!e_ptr) continue;  // not saved in this configuration
+    const auto& e = *e_ptr;
     const T* p = acts_.data() + e.offset;
     for (int64_t i = 0; i < e.shape.numel(); ++i)
       if (!std::isfinite(p[i])) return fmt::format("{} (element {}: {})", e.name, i, p[i]);
@@ -229,10 +225,10 @@ std::string TrainGraph<T>::first_non_finite_activation() const {
 
 template <typename T>
 void TrainGraph<T>::dropout_(T* x, int64_t n, uint64_t site) const {
-  const uint64_t key = site_key(seed_, site), thr = keep_threshold(config_.dropout);
+  const uint64_t key = site_key(seed_, site), thr = dropout_threshold(config_.dropout);
   const T scale = T(1.0 / (1.0 - config_.dropout));
 #pragma omp parallel for schedule(static) if (n >= kParallelMin)
-  for (int64_t i = 0; i < n; ++i) x[i] = keep_bit(key, static_cast<uint64_t>(i), thr) ? x[i] * scale : T(0);
+  for (int64_t i = 0; i < n; ++i) x[i] = dropout_kept(key, static_cast<uint64_t>(i), thr) ? x[i] * scale : T(0);
 }
 
 template <typename T>
@@ -269,7 +265,7 @@ void dropout_attention_output(HeadsView<T> o, const T* P, HeadsView<const T> v, 
         for (int64_t e = 0; e < hd; ++e) out[e] = T(0);
         const int64_t row = ((b * H + h) * Tn + i) * Tn;
         for (int64_t j = 0; j <= i; ++j) {
-          if (!keep_bit(key, static_cast<uint64_t>(row + j), thr)) continue;
+          if (!dropout_kept(key, static_cast<uint64_t>(row + j), thr)) continue;
           const T p = P[row + j] * scale;
           const T* vj = v.at(b, j, h / group);
           for (int64_t e = 0; e < hd; ++e) out[e] += p * vj[e];
@@ -298,7 +294,7 @@ void dropout_attention_backward(HeadsView<T> dq, HeadsView<T> dk, HeadsView<T> d
           const T* go = dout.at(b, i, h);
           T D = T(0);
           for (int64_t j = 0; j <= i; ++j) {
-            const bool kept = keep_bit(key, static_cast<uint64_t>(row + j), thr);
+            const bool kept = dropout_kept(key, static_cast<uint64_t>(row + j), thr);
             const T* vj = v.at(b, j, g);
             T dot = T(0);
             for (int64_t e = 0; e < hd; ++e) dot += go[e] * vj[e];
@@ -332,7 +328,7 @@ void dropout_attention_backward(HeadsView<T> dq, HeadsView<T> dk, HeadsView<T> d
 template <typename T>
 AttentionDropout TrainGraph<T>::attention_dropout_(int64_t l, bool on) const {
   if (!on) return {};
-  return {site_key(seed_, site_attn_probs(l)), keep_threshold(config_.dropout), 1.0 / (1.0 - config_.dropout)};
+  return {site_key(seed_, site_attn_probs(l)), dropout_threshold(config_.dropout), 1.0 / (1.0 - config_.dropout)};
 }
 
 template <typename T>
@@ -351,7 +347,7 @@ void TrainGraph<T>::attention_forward_(Layer& L, int64_t l, bool training) {
     attention_forward<T>(o, L.probs, q, k, v, shape, mask);
     if (drop)
       dropout_attention_output<T>(o, L.probs, v, shape, site_key(seed_, site_attn_probs(l)),
-                                  keep_threshold(c.dropout), T(1.0 / (1.0 - c.dropout)));
+                                  dropout_threshold(c.dropout), T(1.0 / (1.0 - c.dropout)));
   } else {
     flash_attention_forward<T>(o, L.lse, q, k, v, shape, mask, attention_dropout_(l, drop));
   }
@@ -374,7 +370,7 @@ void TrainGraph<T>::attention_backward_(Layer& L, int64_t l, T* dq, T* dk, T* dv
   const bool drop = training_ && c.dropout > 0;
   if (kernel_ == AttentionKernel::Reference && drop)
     dropout_attention_backward<T>(gq, gk, gv, go, L.probs, vq, vk, vv, shape, site_key(seed_, site_attn_probs(l)),
-                                  keep_threshold(c.dropout), T(1.0 / (1.0 - c.dropout)));
+                                  dropout_threshold(c.dropout), T(1.0 / (1.0 - c.dropout)));
   else if (kernel_ == AttentionKernel::Reference)
     attention_backward<T>(gq, gk, gv, go, L.probs, vq, vk, vv, shape, mask);
   else

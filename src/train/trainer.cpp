@@ -171,18 +171,13 @@ TrainSession::TrainSession(TrainOptions options, const ModelConfig& config, std:
   opt_ = std::make_unique<AdamW>(model_->params(),
                                  AdamWConfig{options_.beta1, options_.beta2, options_.eps, options_.weight_decay});
   graph_ = std::make_unique<TrainGraph<float>>(c, options_.batch, context_, kernel);
-  // Each split must hold one window of context + 1 tokens: checked now, naming the split's source
-  // and the numbers, rather than at the first step or evaluation (an empty validation split, e.g.
-  // a cut that left nothing, included).
-  auto need_window = [&](const std::vector<TokenId>& tokens, const char* split, const std::string& source) {
-    if (static_cast<int64_t>(tokens.size()) < context_ + 1)
-      fail("the {} split{} has {} tokens; --context {} needs at least {}", split,
-           source.empty() ? "" : " (" + source + ")", tokens.size(), context_, context_ + 1);
-  };
-  need_window(data_.train, "training", data_.train_source);
+  sampler_ = std::make_unique<BatchSampler>(data_.train, options_.batch, context_, options_.seed, "training",
+                                            data_.train_source);
+  // A validation split that was asked for must hold one window: checked now, naming its source and
+  // the numbers, rather than at the first evaluation (an empty split, e.g. a cut that left nothing,
+  // included).
   if (!data_.val.empty() || !options_.val_data.empty() || options_.val_fraction > 0)
-    need_window(data_.val, "validation", data_.val_source);
-  sampler_ = std::make_unique<BatchSampler>(data_.train, options_.batch, context_, options_.seed, "training");
+    BatchSampler(data_.val, options_.batch, context_, options_.seed, "validation", data_.val_source);
   inputs_.resize(options_.batch * context_);
   targets_.resize(options_.batch * context_);
 }

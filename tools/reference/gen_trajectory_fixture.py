@@ -113,7 +113,7 @@ def main():
 
     # `tformer eval` on the trained model: the file's first EVAL_TOKENS tokens in consecutive
     # windows of context_length + 1 (stride context_length), the last one shorter; every token but
-    # the first scored once. Mean cross-entropy in float64 over the float32 logits.
+    # the first scored once: the sum of each window's mean loss times its length, over the count.
     model.eval()
     ev = ids[:EVAL_TOKENS]
     Tm = CONFIG["context_length"]
@@ -121,14 +121,8 @@ def main():
     with torch.no_grad():
         for s0 in range(0, len(ev) - 1, Tm):
             w = ev[s0:s0 + Tm + 1]
-            x, y = w[:-1].unsqueeze(0), w[1:]
-            t = x.shape[1]
-            h = model.tok_embeddings(x) + model.pos_embeddings.weight[:t]
-            for block in model.blocks:
-                h = block(h, model.mask)
-            logits = model.norm(h) @ model.tok_embeddings.weight.t()
-            nll = torch.nn.functional.cross_entropy(logits[0].double(), y, reduction="sum")
-            total += float(nll)
+            t = w.shape[0] - 1
+            total += float(model(w[:-1].unsqueeze(0), w[1:].unsqueeze(0))) * t  # the window's mean * t
             count += t
     eval_result = {"max_tokens": EVAL_TOKENS, "loss": total / count, "tokens_scored": count}
     meta = {"config": json.dumps(dict(CONFIG, vocab_size=len(alphabet))),
