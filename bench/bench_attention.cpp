@@ -120,8 +120,8 @@ void BM_FlashAttention(benchmark::State& state) {
     flash_attention_forward<float>(in.view(in.out), lse.data(), in.cview(in.q), in.cview(in.k), in.cview(in.v), s, m);
     if (backward)
       flash_attention_backward<float>(in.view(in.dq), in.view(in.dk), in.view(in.dv), in.cview(in.dout),
-                                      in.cview(in.out), lse.data(), in.cview(in.q), in.cview(in.k), in.cview(in.v),
-                                      s, m);
+                                      in.cview(in.out), lse.data(), in.cview(in.q), in.cview(in.k), in.cview(in.v), s,
+                                      m);
     benchmark::DoNotOptimize(in.out.data());
     benchmark::DoNotOptimize(in.dq.data());
   }

@@ -11,8 +11,8 @@
 //   build/bench/bench_gemm --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
 
-#include "bench_util.h"
 #include <cblas.h>
+#include "bench_util.h"
 
 #include <chrono>
 #include <cstdlib>
@@ -85,8 +85,8 @@ void BM_SgemmOwnVsOpenBlas(benchmark::State& state) {
 }
 void gemm_shapes(benchmark::internal::Benchmark* b) {
   for (int64_t n : {512, 1024, 2048}) b->Args({n, n, n, 0, 0});
-  const int64_t training[][3] = {{768, 384, 128}, {768, 128, 512}, {8192, 1152, 384}, {8192, 384, 1536},
-                                 {256, 50257, 768}};
+  const int64_t training[][3] = {
+      {768, 384, 128}, {768, 128, 512}, {8192, 1152, 384}, {8192, 384, 1536}, {256, 50257, 768}};
   for (const auto& s : training) {
     b->Args({s[0], s[1], s[2], 0, 1});  // y = x W^T
     b->Args({s[0], s[1], s[2], 0, 0});  // dx = dy W
@@ -103,6 +103,5 @@ BENCHMARK(BM_SgemmOwnVsOpenBlas)
 }  // namespace tformer
 
 int main(int argc, char** argv) {
-  return tformer::bench::benchmark_main(argc, argv,
-                                        "measured 512-bit FMA throughput, 2 threads, bench/peak.h");
+  return tformer::bench::benchmark_main(argc, argv, "measured 512-bit FMA throughput, 2 threads, bench/peak.h");
 }

@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "core/threads.h"
 #include "generate/sampler.h"
-#include "bench_util.h"
 #include "kernels/matmul.h"
 #include "model/model.h"
 
@@ -49,7 +49,6 @@ double read_bandwidth_gbs(int reps) {
   return median(rates);
 }
 
-
 struct BenchShape {
   const char* name;
   int64_t dim, layers, heads, hidden, vocab, context;
@@ -58,9 +57,9 @@ struct BenchShape {
 
 void run_shape(const BenchShape& sh, int reps, double bandwidth, double sgemm) {
   auto j = nlohmann::json{{"vocab_size", sh.vocab}, {"context_length", sh.context}, {"d_model", sh.dim},
-                          {"n_layers", sh.layers}, {"n_heads", sh.heads}, {"d_ff", sh.hidden},
-                          {"norm", "rmsnorm"}, {"positions", "rope"}, {"activation", "swiglu"},
-                          {"bias", false}, {"tied_embeddings", true}};  // llama2.c shares the classifier
+                          {"n_layers", sh.layers},  {"n_heads", sh.heads},          {"d_ff", sh.hidden},
+                          {"norm", "rmsnorm"},      {"positions", "rope"},          {"activation", "swiglu"},
+                          {"bias", false},          {"tied_embeddings", true}};  // llama2.c shares the classifier
   Model m(ModelConfig::from_json(j, sh.name));
   m.init_gpt2(1);
   const int64_t V = sh.vocab;
@@ -86,10 +85,11 @@ void run_shape(const BenchShape& sh, int reps, double bandwidth, double sgemm) {
   // Bytes per decoded token: every weight once (the tied table is read by the output projection;
   // the embedding lookup reads one row), the KV cache read aside (small at these lengths).
   const double bound = bandwidth * 1e9 / weight_bytes;
-  fmt::print("{:>5} decode b=1   {:8.1f} tok/s  weights {:.0f} MB/token  bound {:.1f} tok/s  {:.0f}% of bound   "
-             "llama2.c {:.1f} tok/s (x{:.2f})  llama.cpp tg128 {:.1f} (x{:.2f})\n",
-             sh.name, tps, weight_bytes * 1e-6, bound, 100 * tps / bound, sh.llama2c_decode, tps / sh.llama2c_decode,
-             sh.llamacpp_tg128, tps / sh.llamacpp_tg128);
+  fmt::print(
+      "{:>5} decode b=1   {:8.1f} tok/s  weights {:.0f} MB/token  bound {:.1f} tok/s  {:.0f}% of bound   "
+      "llama2.c {:.1f} tok/s (x{:.2f})  llama.cpp tg128 {:.1f} (x{:.2f})\n",
+      sh.name, tps, weight_bytes * 1e-6, bound, 100 * tps / bound, sh.llama2c_decode, tps / sh.llama2c_decode,
+      sh.llamacpp_tg128, tps / sh.llamacpp_tg128);
 
   // Prefill of a 512-token prompt (capped by the context).
   const int64_t P = std::min<int64_t>(512, sh.context);
@@ -105,12 +105,13 @@ void run_shape(const BenchShape& sh, int reps, double bandwidth, double sgemm) {
   const double ptps = median(prefill);
   // FLOPs per prompt token: 2 per weight (output projection for the last token only: ignored) plus
   // attention 4 * T/2 * d per layer on average (causal half).
-  const double flops_per_token = 2.0 * (weight_bytes / 4 - static_cast<double>(V * sh.dim)) +
-                                 4.0 * sh.layers * (P / 2.0) * sh.dim;
-  fmt::print("{:>5} prefill {:4} {:8.1f} tok/s  {:.1f} GFLOP/s = {:.0f}% of sgemm {:.1f} GFLOP/s   llama.cpp pp512 "
-             "{:.0f} (x{:.2f})\n",
-             sh.name, P, ptps, ptps * flops_per_token * 1e-9, 100 * ptps * flops_per_token * 1e-9 / sgemm, sgemm,
-             sh.llamacpp_pp512, ptps / sh.llamacpp_pp512);
+  const double flops_per_token =
+      2.0 * (weight_bytes / 4 - static_cast<double>(V * sh.dim)) + 4.0 * sh.layers * (P / 2.0) * sh.dim;
+  fmt::print(
+      "{:>5} prefill {:4} {:8.1f} tok/s  {:.1f} GFLOP/s = {:.0f}% of sgemm {:.1f} GFLOP/s   llama.cpp pp512 "
+      "{:.0f} (x{:.2f})\n",
+      sh.name, P, ptps, ptps * flops_per_token * 1e-9, 100 * ptps * flops_per_token * 1e-9 / sgemm, sgemm,
+      sh.llamacpp_pp512, ptps / sh.llamacpp_pp512);
 
   // Batched decode: 8 sequences, one token each per step.
   const int64_t B = 8;
@@ -138,8 +139,8 @@ void run_shape(const BenchShape& sh, int reps, double bandwidth, double sgemm) {
   const auto t0 = clock_type::now();
   for (int i = 0; i < n_samples; ++i) sampler.sample(row.data(), V);
   const double per_sample = seconds_since(t0) / n_samples;
-  fmt::print("{:>5} top-p 0.9 sample over {} tokens: {:.1f} us = {:.1f}% of a decode step (goal < 10%)\n", sh.name,
-             V, per_sample * 1e6, 100 * per_sample * tps);
+  fmt::print("{:>5} top-p 0.9 sample over {} tokens: {:.1f} us = {:.1f}% of a decode step (goal < 10%)\n", sh.name, V,
+             per_sample * 1e6, 100 * per_sample * tps);
 }
 
 }  // namespace
@@ -150,8 +151,10 @@ int main(int argc, char** argv) {
   std::string which = "all";
   int reps = 3;
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (std::strcmp(argv[i], "--shape") == 0) which = argv[i + 1];
-    else if (std::strcmp(argv[i], "--reps") == 0) reps = std::max(1, std::atoi(argv[i + 1]));
+    if (std::strcmp(argv[i], "--shape") == 0)
+      which = argv[i + 1];
+    else if (std::strcmp(argv[i], "--reps") == 0)
+      reps = std::max(1, std::atoi(argv[i + 1]));
   }
   set_num_threads(2);
   const double bw = read_bandwidth_gbs(reps);
@@ -159,7 +162,7 @@ int main(int argc, char** argv) {
   fmt::print("threads {}; read bandwidth {:.1f} GB/s; sgemm 1024 {:.1f} GFLOP/s (medians of {})\n", num_threads(), bw,
              sg, reps);
   const BenchShape shapes[] = {{"15M", 288, 6, 6, 768, 32000, 256, 515, 5821, 326},
-                          {"110M", 768, 12, 12, 2048, 32000, 1024, 59.7, 624, 49.3}};
+                               {"110M", 768, 12, 12, 2048, 32000, 1024, 59.7, 624, 49.3}};
   for (const auto& s : shapes)
     if (which == "all" || which == s.name) run_shape(s, reps, bw, sg);
   return 0;

@@ -8,8 +8,8 @@
 #include "bench_util.h"
 
 #include <chrono>
-#include <cstdlib>
 #include <cmath>
+#include <cstdlib>
 #include <map>
 #include <vector>
 
@@ -111,8 +111,8 @@ void BM_LayerNormBackward(benchmark::State& state) {
   std::vector<float> y(x.size()), mean(rows), rstd(rows), dx(x.size()), dg(cols), db(cols);
   layernorm_forward<float>(y.data(), mean.data(), rstd.data(), x.data(), g.data(), b.data(), rows, cols, 1e-5f);
   for (auto _ : state)
-    layernorm_backward<float>(dx.data(), dg.data(), db.data(), dy.data(), x.data(), mean.data(), rstd.data(),
-                              g.data(), rows, cols);
+    layernorm_backward<float>(dx.data(), dg.data(), db.data(), dy.data(), x.data(), mean.data(), rstd.data(), g.data(),
+                              rows, cols);
   state.SetBytesProcessed(state.iterations() * rows * cols * 12);  // read x, dy; read+write dx
 }
 BENCHMARK(BM_LayerNormBackward)->Arg(768)->Unit(benchmark::kMicrosecond)->UseRealTime();
@@ -189,8 +189,10 @@ void BM_LogSoftmax(benchmark::State& state) {
   const bool backward = state.range(0) == 1;
   log_softmax_forward<float>(y.data(), x.data(), rows, cols);
   for (auto _ : state) {
-    if (backward) log_softmax_backward<float>(dx.data(), dy.data(), y.data(), rows, cols);
-    else log_softmax_forward<float>(y.data(), x.data(), rows, cols);
+    if (backward)
+      log_softmax_backward<float>(dx.data(), dy.data(), y.data(), rows, cols);
+    else
+      log_softmax_forward<float>(y.data(), x.data(), rows, cols);
   }
   state.SetBytesProcessed(state.iterations() * rows * cols * (backward ? 16 : 8));
   state.SetLabel(backward ? "backward" : "forward");
@@ -234,8 +236,10 @@ void BM_SwiGlu(benchmark::State& state) {
   std::vector<float> y(n), da(n), db(n);
   const bool backward = state.range(0) == 1;
   for (auto _ : state) {
-    if (backward) swiglu_backward<float>(da.data(), db.data(), dy.data(), a.data(), b.data(), n);
-    else swiglu_forward<float>(y.data(), a.data(), b.data(), n);
+    if (backward)
+      swiglu_backward<float>(da.data(), db.data(), dy.data(), a.data(), b.data(), n);
+    else
+      swiglu_forward<float>(y.data(), a.data(), b.data(), n);
   }
   state.SetBytesProcessed(state.iterations() * n * (backward ? 28 : 12));
   state.SetLabel(backward ? "backward" : "forward");
@@ -277,8 +281,10 @@ void BM_Linear(benchmark::State& state) {
   const bool backward = state.range(0) == 1;
   const auto t0 = std::chrono::steady_clock::now();
   for (auto _ : state) {
-    if (backward) linear_backward<float>(dx.data(), dW.data(), db.data(), dy.data(), x.data(), W.data(), n, in, out);
-    else linear_forward<float>(y.data(), x.data(), W.data(), b.data(), n, in, out);
+    if (backward)
+      linear_backward<float>(dx.data(), dW.data(), db.data(), dy.data(), x.data(), W.data(), n, in, out);
+    else
+      linear_forward<float>(y.data(), x.data(), W.data(), b.data(), n, in, out);
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const double flops = (backward ? 4.0 : 2.0) * n * in * out * static_cast<double>(state.iterations());
@@ -329,6 +335,5 @@ BENCHMARK(BM_AttentionReferenceBackward)->Arg(256)->Unit(benchmark::kMillisecond
 }  // namespace tformer
 
 int main(int argc, char** argv) {
-  return tformer::bench::benchmark_main(argc, argv,
-                                        "measured FMA throughput, bench/peak.h");
+  return tformer::bench::benchmark_main(argc, argv, "measured FMA throughput, bench/peak.h");
 }

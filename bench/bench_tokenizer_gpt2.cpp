@@ -38,7 +38,8 @@ const std::string* corpus() {
 const tformer::ByteBpeTokenizer* gpt2() {
   static const std::unique_ptr<tformer::ByteBpeTokenizer> tok = []() -> std::unique_ptr<tformer::ByteBpeTokenizer> {
     try {
-      return std::make_unique<tformer::ByteBpeTokenizer>(tformer::ByteBpeTokenizer::load_gpt2_dir(tformer::gpt2_vocab_dir()));
+      return std::make_unique<tformer::ByteBpeTokenizer>(
+          tformer::ByteBpeTokenizer::load_gpt2_dir(tformer::gpt2_vocab_dir()));
     } catch (const std::exception&) {
       return nullptr;
     }

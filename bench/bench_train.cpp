@@ -15,9 +15,9 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "core/rng.h"
 #include "core/threads.h"
-#include "bench_util.h"
 #include "kernels/matmul.h"
 #include "train/graph.h"
 #include "train/optimizer.h"
@@ -29,7 +29,6 @@ using bench::clock_type;
 using bench::median;
 using bench::seconds_since;
 using bench::sgemm_gflops;
-
 
 struct TrainShape {
   const char* name;
@@ -76,10 +75,11 @@ void run(const TrainShape& s, int reps, double sgemm) {
   const double N = L * (12 * d * d + 13 * d) + 2 * d;
   const double flops = s.B * T * (6 * N + 6 * d * V + 12 * L * T * d);
   const double step = median(tf) + median(tb) + median(to);
-  fmt::print("{:<7} forward {:8.2f} ms  backward {:8.2f} ms  clip+adamw {:7.2f} ms  step {:8.2f} ms  "
-             "{:6.1f} GFLOP/s = {:.2f} of sgemm  ({:.0f} tokens/s, activations {:.0f} MB)\n",
-             s.name, median(tf) * 1e3, median(tb) * 1e3, median(to) * 1e3, step * 1e3, flops / step * 1e-9,
-             flops / step * 1e-9 / sgemm, s.B * T / step, g.activation_bytes() / 1e6);
+  fmt::print(
+      "{:<7} forward {:8.2f} ms  backward {:8.2f} ms  clip+adamw {:7.2f} ms  step {:8.2f} ms  "
+      "{:6.1f} GFLOP/s = {:.2f} of sgemm  ({:.0f} tokens/s, activations {:.0f} MB)\n",
+      s.name, median(tf) * 1e3, median(tb) * 1e3, median(to) * 1e3, step * 1e3, flops / step * 1e-9,
+      flops / step * 1e-9 / sgemm, s.B * T / step, g.activation_bytes() / 1e6);
 }
 
 }  // namespace
@@ -96,8 +96,8 @@ int main(int argc, char** argv) {
   const double sgemm = sgemm_gflops(5);
   fmt::print("threads {}, sgemm 1024^3 {:.1f} GFLOP/s (median of 5)\n", num_threads(), sgemm);
   const TrainShape shapes[] = {{"small", 4, 4, 128, 64, 12, 65, 64},
-                          {"bigger", 6, 6, 384, 256, 32, 65, 256},
-                          {"gpt2", 12, 12, 768, 64, 4, 50257, 1024}};
+                               {"bigger", 6, 6, 384, 256, 32, 65, 256},
+                               {"gpt2", 12, 12, 768, 64, 4, 50257, 1024}};
   for (const TrainShape& s : shapes)
     if (which == "all" || which == s.name) run(s, reps, sgemm);
 }

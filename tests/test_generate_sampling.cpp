@@ -17,9 +17,7 @@ namespace {
 using test::all_close;
 
 // logits = ln p for p = [0.5, 0.3, 0.15, 0.05]: softmax at temperature 1 gives p back.
-std::vector<float> four_logits() {
-  return {std::log(0.5f), std::log(0.3f), std::log(0.15f), std::log(0.05f)};
-}
+std::vector<float> four_logits() { return {std::log(0.5f), std::log(0.3f), std::log(0.15f), std::log(0.05f)}; }
 
 std::vector<double> dist(SamplerConfig c, const std::vector<float>& logits) {
   Sampler s(c);
@@ -46,16 +44,16 @@ TEST(Sampler, HandComputedDistributions) {
   // Top-p 0.7: 0.5 < 0.7, 0.5 + 0.3 = 0.8 >= 0.7: the same two tokens.
   EXPECT_TRUE(all_close(dist({1.0, 0, 0.7, 0}, l), std::vector<double>{0.625, 0.375, 0, 0}, 1e-6, 1e-7));
   // Top-p 0.85: 0.5 + 0.3 + 0.15 = 0.95 >= 0.85: three tokens over 0.95.
-  EXPECT_TRUE(all_close(dist({1.0, 0, 0.85, 0}, l),
-                        std::vector<double>{0.5 / 0.95, 0.3 / 0.95, 0.15 / 0.95, 0}, 1e-6, 1e-7));
+  EXPECT_TRUE(
+      all_close(dist({1.0, 0, 0.85, 0}, l), std::vector<double>{0.5 / 0.95, 0.3 / 0.95, 0.15 / 0.95, 0}, 1e-6, 1e-7));
   // Top-p 0.4: the first token alone reaches it.
   EXPECT_TRUE(all_close(dist({1.0, 0, 0.4, 0}, l), std::vector<double>{1, 0, 0, 0}, 1e-6, 1e-7));
   // Temperature 0.5 squares the probabilities: [0.25, 0.09, 0.0225, 0.0025] / 0.365.
   EXPECT_TRUE(all_close(dist({0.5, 0, 1.0, 0}, l),
                         std::vector<double>{0.25 / 0.365, 0.09 / 0.365, 0.0225 / 0.365, 0.0025 / 0.365}, 1e-5, 1e-7));
   // Top-k 3 then top-p 0.9 of what is left (0.95): 0.5 + 0.3 = 0.8 < 0.855, + 0.15 -> all three.
-  EXPECT_TRUE(all_close(dist({1.0, 3, 0.9, 0}, l),
-                        std::vector<double>{0.5 / 0.95, 0.3 / 0.95, 0.15 / 0.95, 0}, 1e-6, 1e-7));
+  EXPECT_TRUE(
+      all_close(dist({1.0, 3, 0.9, 0}, l), std::vector<double>{0.5 / 0.95, 0.3 / 0.95, 0.15 / 0.95, 0}, 1e-6, 1e-7));
   // Greedy: the argmax, and the lowest id among equal maxima.
   EXPECT_TRUE(all_close(dist({0.0, 0, 1.0, 0}, l), std::vector<double>{1, 0, 0, 0}, 0, 0));
   Sampler greedy({0.0, 0, 1.0, 0});

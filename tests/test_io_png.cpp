@@ -94,10 +94,10 @@ int fixed_literal_or_length(BitReader& r) {
   uint32_t code = 0;
   for (int len = 1; len <= 9; ++len) {
     code = (code << 1) | r.bit1();
-    if (len == 7 && code <= 0x17) return static_cast<int>(256 + code);                     // 0000000-0010111
-    if (len == 8 && code >= 0x30 && code <= 0xBF) return static_cast<int>(code - 0x30);    // 00110000-10111111
+    if (len == 7 && code <= 0x17) return static_cast<int>(256 + code);                         // 0000000-0010111
+    if (len == 8 && code >= 0x30 && code <= 0xBF) return static_cast<int>(code - 0x30);        // 00110000-10111111
     if (len == 8 && code >= 0xC0 && code <= 0xC7) return static_cast<int>(280 + code - 0xC0);  // 11000000-11000111
-    if (len == 9 && code >= 0x190) return static_cast<int>(144 + code - 0x190);           // 110010000-111111111
+    if (len == 9 && code >= 0x190) return static_cast<int>(144 + code - 0x190);                // 110010000-111111111
   }
   return -1;
 }
@@ -106,10 +106,13 @@ int fixed_literal_or_length(BitReader& r) {
 bool inflate_fixed(BitReader& r, std::string& out) {
   static const int len_base[29] = {3,  4,  5,  6,  7,  8,  9,  10, 11,  13,  15,  17,  19,  23, 27,
                                    31, 35, 43, 51, 59, 67, 83, 99, 115, 131, 163, 195, 227, 258};
-  static const int len_extra[29] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, 4, 4, 4, 4, 5, 5, 5, 5, 0};
-  static const int dist_base[30] = {1,   2,   3,   4,   5,   7,    9,    13,   17,   25,   33,   49,   65,    97,    129,
-                                    193, 257, 385, 513, 769, 1025, 1537, 2049, 3073, 4097, 6145, 8193, 12289, 16385, 24577};
-  static const int dist_extra[30] = {0, 0, 0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7, 8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13};
+  static const int len_extra[29] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2,
+                                    2, 3, 3, 3, 3, 4, 4, 4, 4, 5, 5, 5, 5, 0};
+  static const int dist_base[30] = {1,    2,    3,    4,    5,    7,    9,    13,    17,    25,
+                                    33,   49,   65,   97,   129,  193,  257,  385,   513,   769,
+                                    1025, 1537, 2049, 3073, 4097, 6145, 8193, 12289, 16385, 24577};
+  static const int dist_extra[30] = {0, 0, 0, 0, 1, 1, 2, 2,  3,  3,  4,  4,  5,  5,  6,
+                                     6, 7, 7, 8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13};
   for (;;) {
     const int sym = fixed_literal_or_length(r);
     if (sym < 0 || sym > 285 || r.overrun) return false;
@@ -291,8 +294,8 @@ TEST_F(PngTest, PixelsRoundTripThroughTheIndependentDecoder) {
   // Random pixels do not compress: stored blocks. 28 x 771: the scanlines are exactly 65535 bytes
   // (one full block); 28 x 772 needs a second one. (1 x 1 and 3 x 2 are so short that one fixed
   // block beats a stored block's 5-byte header: -1 = either.)
-  const std::vector<std::tuple<int, int, int>> cases = {{1, 1, -1}, {3, 2, -1}, {28, 771, 1}, {28, 772, 2},
-                                                        {200, 150, 2}, {640, 480, 15}};
+  const std::vector<std::tuple<int, int, int>> cases = {{1, 1, -1},   {3, 2, -1},    {28, 771, 1},
+                                                        {28, 772, 2}, {200, 150, 2}, {640, 480, 15}};
   for (const auto& [w, h, blocks] : cases) {
     SCOPED_TRACE(std::to_string(w) + "x" + std::to_string(h));
     const auto rgb = random_pixels(w, h, static_cast<uint64_t>(w * 1000 + h));
@@ -356,7 +359,8 @@ TEST(Deflate, EdgeCasesInflateBackExactly) {
       {"two bytes", "xy"},
       {"run of 1000", std::string(1000, 'a')},
       {"run of 259", std::string(259, 'b')},
-      {"abc x 400", [] {
+      {"abc x 400",
+       [] {
          std::string x;
          for (int i = 0; i < 400; ++i) x += "abc";
          return x;

@@ -56,8 +56,8 @@ class SafetensorsTest : public ::testing::Test {
  protected:
   void SetUp() override {
     static std::atomic<int> counter{0};
-    dir_ = fs::temp_directory_path() / ("tformer_io_test_" + std::to_string(::getpid()) + "_" +
-                                        std::to_string(counter++));
+    dir_ =
+        fs::temp_directory_path() / ("tformer_io_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }
@@ -120,9 +120,18 @@ class SafetensorsTest : public ::testing::Test {
 // Round trips and exact bytes
 
 TEST_F(SafetensorsTest, RoundTripKeepsShapesValuesOrderAndMetadata) {
-  const std::vector<float> a = {1.5f, -2.25f, 0.0f, -0.0f, 1e-30f, 3.4e38f,
-                                std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN(),
-                                7, 8, 9, 10};                // [3, 4]
+  const std::vector<float> a = {1.5f,
+                                -2.25f,
+                                0.0f,
+                                -0.0f,
+                                1e-30f,
+                                3.4e38f,
+                                std::numeric_limits<float>::infinity(),
+                                std::numeric_limits<float>::quiet_NaN(),
+                                7,
+                                8,
+                                9,
+                                10};                         // [3, 4]
   const std::vector<float> b = {0.5f, 0.25f, 0.125f, 1, 2};  // [5]
   const float scalar = 42.0f;                                // []
   const std::vector<float> c = {1, 2, 3, 4, 5, 6};           // [2, 1, 3]
@@ -193,8 +202,8 @@ TEST_F(SafetensorsTest, ExactBytesOfATinyFile) {
   // padded with 2 spaces to 56 = 0x38; then 1.0f = 0x3f800000 and -2.0f = 0xc0000000, little-endian.
   const std::string json = R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
   ASSERT_EQ(json.size(), 54u);
-  const std::string expected = std::string("\x38\0\0\0\0\0\0\0", 8) + json + "  " +
-                               std::string("\x00\x00\x80\x3f\x00\x00\x00\xc0", 8);
+  const std::string expected =
+      std::string("\x38\0\0\0\0\0\0\0", 8) + json + "  " + std::string("\x00\x00\x80\x3f\x00\x00\x00\xc0", 8);
   const std::string got = slurp(p);
   ASSERT_EQ(got.size(), 72u);
   EXPECT_EQ(got.substr(0, 8), expected.substr(0, 8)) << "header length";
@@ -218,23 +227,22 @@ TEST_F(SafetensorsTest, ExactHeaderWithMetadata) {
 // sorted by decreasing dtype alignment then name, the header space-padded to a multiple of 8. It
 // mixes dtypes, holds a scalar and an empty tensor, and lists header keys out of offset order.
 TEST_F(SafetensorsTest, ReadsAFileInTheReferenceLibrarysLayout) {
-  const std::string header =
-      R"({"__metadata__":{"format":"pt"},)"
-      R"("f64":{"dtype":"F64","shape":[2],"data_offsets":[0,16]},)"
-      R"("i64":{"dtype":"I64","shape":[1],"data_offsets":[16,24]},)"
-      R"("f32":{"dtype":"F32","shape":[2,2],"data_offsets":[24,40]},)"
-      R"("scalar":{"dtype":"F32","shape":[],"data_offsets":[40,44]},)"
-      R"("empty":{"dtype":"F32","shape":[0,4],"data_offsets":[44,44]},)"
-      R"("mask":{"dtype":"BOOL","shape":[2],"data_offsets":[50,52]},)"
-      R"("bf16":{"dtype":"BF16","shape":[3],"data_offsets":[44,50]}})";
+  const std::string header = R"({"__metadata__":{"format":"pt"},)"
+                             R"("f64":{"dtype":"F64","shape":[2],"data_offsets":[0,16]},)"
+                             R"("i64":{"dtype":"I64","shape":[1],"data_offsets":[16,24]},)"
+                             R"("f32":{"dtype":"F32","shape":[2,2],"data_offsets":[24,40]},)"
+                             R"("scalar":{"dtype":"F32","shape":[],"data_offsets":[40,44]},)"
+                             R"("empty":{"dtype":"F32","shape":[0,4],"data_offsets":[44,44]},)"
+                             R"("mask":{"dtype":"BOOL","shape":[2],"data_offsets":[50,52]},)"
+                             R"("bf16":{"dtype":"BF16","shape":[3],"data_offsets":[44,50]}})";
   std::string payload;
-  payload += std::string("\x00\x00\x00\x00\x00\x00\xf8\x3f", 8);  // 1.5 as F64
-  payload += std::string("\x00\x00\x00\x00\x00\x00\xd0\xbf", 8);  // -0.25 as F64
-  payload += std::string("\x07\x00\x00\x00\x00\x00\x00\x00", 8);  // 7 as I64
+  payload += std::string("\x00\x00\x00\x00\x00\x00\xf8\x3f", 8);                                   // 1.5 as F64
+  payload += std::string("\x00\x00\x00\x00\x00\x00\xd0\xbf", 8);                                   // -0.25 as F64
+  payload += std::string("\x07\x00\x00\x00\x00\x00\x00\x00", 8);                                   // 7 as I64
   payload += std::string("\x00\x00\x80\x3f\x00\x00\x00\x40\x00\x00\x40\x40\x00\x00\x80\x40", 16);  // 1 2 3 4
-  payload += std::string("\x00\x00\x60\x40", 4);              // 3.5
-  payload += std::string("\x80\x3f\x00\x40\x40\xc0", 6);      // BF16 1, 2, -3
-  payload += std::string("\x01\x00", 2);                      // true, false
+  payload += std::string("\x00\x00\x60\x40", 4);                                                   // 3.5
+  payload += std::string("\x80\x3f\x00\x40\x40\xc0", 6);                                           // BF16 1, 2, -3
+  payload += std::string("\x01\x00", 2);                                                           // true, false
   const std::string p = put("ref.safetensors", st_file(header, payload));
 
   SafetensorsFile f = SafetensorsFile::open(p);
@@ -284,8 +292,9 @@ TEST_F(SafetensorsTest, ReadsAFileInTheReferenceLibrarysLayout) {
 }
 
 TEST_F(SafetensorsTest, AcceptsPrettyPrintedHeadersAndUnknownEntryFields) {
-  const std::string header = "{\n  \"w\": {\n    \"dtype\": \"F32\",\n    \"shape\": [1],\n"
-                             "    \"data_offsets\": [0, 4],\n    \"note\": \"ignored\"\n  }\n}\n";
+  const std::string header =
+      "{\n  \"w\": {\n    \"dtype\": \"F32\",\n    \"shape\": [1],\n"
+      "    \"data_offsets\": [0, 4],\n    \"note\": \"ignored\"\n  }\n}\n";
   const std::string p = put("pretty.safetensors", le64(header.size()) + header + f32_bytes({2.5f}));
   SafetensorsFile f = SafetensorsFile::open(p);
   float w = 0;
@@ -345,9 +354,9 @@ TEST_F(SafetensorsTest, RejectsBadTensorEntries) {
               HasSubstr("tensor 'a': \"data_offsets\" holds the negative number -4"));
   EXPECT_THAT(bad(st_file(R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", f32_bytes({1, 2}))),
               HasSubstr("tensor 'a': shape [3] of F32 needs 12 bytes, but data_offsets [0, 8] span 8"));
-  EXPECT_THAT(bad(st_file(R"({"a":{"dtype":"F64","shape":[4611686018427387904,4],"data_offsets":[0,8]}})",
-                          f32_bytes({1, 2}))),
-              HasSubstr("tensor 'a': shape [4611686018427387904, 4] of F64 has more bytes than 64 bits can count"));
+  EXPECT_THAT(
+      bad(st_file(R"({"a":{"dtype":"F64","shape":[4611686018427387904,4],"data_offsets":[0,8]}})", f32_bytes({1, 2}))),
+      HasSubstr("tensor 'a': shape [4611686018427387904, 4] of F64 has more bytes than 64 bits can count"));
 }
 
 TEST_F(SafetensorsTest, RejectsOffsetsThatDoNotTileTheBuffer) {
@@ -535,9 +544,9 @@ TEST_F(SafetensorsTest, ArenaLoadNamesMissingMisshapenAndUnexpectedTensors) {
   EXPECT_THAT(arena_error(extra, /*allow_missing=*/true), HasSubstr("unexpected tensor 'output.weight'"));
 
   // A tensor of another dtype (hand-built: the writer only writes F32).
-  const std::string p = put(
-      "f64.safetensors",
-      st_file(R"({"norm.weight":{"dtype":"F64","shape":[4],"data_offsets":[0,32]}})", std::string(32, '\0')));
+  const std::string p =
+      put("f64.safetensors",
+          st_file(R"({"norm.weight":{"dtype":"F64","shape":[4],"data_offsets":[0,32]}})", std::string(32, '\0')));
   Arena a = make_arena();
   try {
     read_arena(p, a, /*allow_missing=*/true);

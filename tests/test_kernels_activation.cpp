@@ -25,8 +25,8 @@ TEST(Gelu, ExactFormKnownValues) {
   //   Phi(1) = 0.8413447460685429, Phi(2) = 0.9772498680518208, Phi(0.5) = 0.6914624612740131,
   //   Phi(-1) = 1 - Phi(1), Phi(-3) = 1 - 0.9986501019683699 = 0.0013498980316301.
   const std::vector<double> x{1, -1, 2, 0.5, -3, 0};
-  const std::vector<double> expected{0.8413447460685429, -0.15865525393145707, 1.9544997361036416,
-                                     0.34573123063700656, -0.0040496940948903, 0};
+  const std::vector<double> expected{0.8413447460685429,  -0.15865525393145707, 1.9544997361036416,
+                                     0.34573123063700656, -0.0040496940948903,  0};
   std::vector<double> y(x.size());
   gelu_forward<double>(y.data(), x.data(), 6, GeluKind::Exact);
   EXPECT_TRUE(all_close(y, expected, 1e-14, 1e-17));
@@ -48,7 +48,7 @@ TEST(Gelu, TanhFormKnownValues) {
   // module; e.g. x = 1: sqrt(2/pi) * 1.044715 = 0.8335619689...; tanh = 0.6823839812...;
   // 0.5 * 1.6823839812 = 0.8411919906082768.
   const std::vector<double> x{1, -1, 2, 0.5, -3, 0};
-  const std::vector<double> expected{0.8411919906082768, -0.15880800939172324, 1.954597694087775,
+  const std::vector<double> expected{0.8411919906082768,  -0.15880800939172324,   1.954597694087775,
                                      0.34571400982514394, -0.0036373920817729943, 0};
   std::vector<double> y(x.size());
   gelu_forward<double>(y.data(), x.data(), 6, GeluKind::Tanh);

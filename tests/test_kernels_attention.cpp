@@ -96,11 +96,11 @@ template <typename T>
 void backward(const AttentionShape& s, const AttentionMask& m, const std::vector<T>& q, const std::vector<T>& k,
               const std::vector<T>& v, const std::vector<T>& probs, const std::vector<T>& dout, Grads<T>& g) {
   const int64_t hd = s.head_dim;
-  attention_backward<T>(heads_btHd(g.dq.data(), s.n_q, s.n_heads, hd), heads_btHd(g.dk.data(), s.n_kv, s.n_kv_heads, hd),
-                        heads_btHd(g.dv.data(), s.n_kv, s.n_kv_heads, hd), heads_btHd(dout.data(), s.n_q, s.n_heads, hd),
-                        probs.data(), heads_btHd(q.data(), s.n_q, s.n_heads, hd),
-                        heads_btHd(k.data(), s.n_kv, s.n_kv_heads, hd), heads_btHd(v.data(), s.n_kv, s.n_kv_heads, hd), s,
-                        m);
+  attention_backward<T>(
+      heads_btHd(g.dq.data(), s.n_q, s.n_heads, hd), heads_btHd(g.dk.data(), s.n_kv, s.n_kv_heads, hd),
+      heads_btHd(g.dv.data(), s.n_kv, s.n_kv_heads, hd), heads_btHd(dout.data(), s.n_q, s.n_heads, hd), probs.data(),
+      heads_btHd(q.data(), s.n_q, s.n_heads, hd), heads_btHd(k.data(), s.n_kv, s.n_kv_heads, hd),
+      heads_btHd(v.data(), s.n_kv, s.n_kv_heads, hd), s, m);
 }
 
 template <typename T>
@@ -169,9 +169,11 @@ TEST(AttentionSpec, CachedChunksEqualTheFullPass) {
         MaskData md;
         md.q_offset = {s0, s0};
         // (a) n_kv = s0 + len, views straight into the full-pass arrays (row stride unchanged).
-        const AttentionShape a{.batch = B, .n_q = len, .n_kv = s0 + len, .n_heads = H, .n_kv_heads = KVH, .head_dim = hd};
-        const auto fa = forward<double>(a, md.get(a), HeadsView<const double>{q.data() + s0 * H * hd, N * H * hd, H * hd, hd},
-                                        heads_btHd(k.data(), N, KVH, hd), heads_btHd(v.data(), N, KVH, hd));
+        const AttentionShape a{
+            .batch = B, .n_q = len, .n_kv = s0 + len, .n_heads = H, .n_kv_heads = KVH, .head_dim = hd};
+        const auto fa =
+            forward<double>(a, md.get(a), HeadsView<const double>{q.data() + s0 * H * hd, N * H * hd, H * hd, hd},
+                            heads_btHd(k.data(), N, KVH, hd), heads_btHd(v.data(), N, KVH, hd));
         // (b) a cache of capacity cap, NaN past the filled slots, kv_len = s0 + len.
         std::vector<double> kc(B * KVH * cap * hd, kNaN), vc(B * KVH * cap * hd, kNaN);
         for (int64_t b = 0; b < B; ++b)
@@ -184,10 +186,9 @@ TEST(AttentionSpec, CachedChunksEqualTheFullPass) {
         const AttentionShape bs{.batch = B, .n_q = len, .n_kv = cap, .n_heads = H, .n_kv_heads = KVH, .head_dim = hd};
         MaskData mb = md;
         mb.kv_len = {s0 + len, s0 + len};
-        const auto fb = forward<double>(bs, mb.get(bs),
-                                        HeadsView<const double>{q.data() + s0 * H * hd, N * H * hd, H * hd, hd},
-                                        heads_bHTd<const double>(kc.data(), cap, KVH, hd),
-                                        heads_bHTd<const double>(vc.data(), cap, KVH, hd));
+        const auto fb = forward<double>(
+            bs, mb.get(bs), HeadsView<const double>{q.data() + s0 * H * hd, N * H * hd, H * hd, hd},
+            heads_bHTd<const double>(kc.data(), cap, KVH, hd), heads_bHTd<const double>(vc.data(), cap, KVH, hd));
         for (int64_t b = 0; b < B; ++b) {
           const auto want = rows_of(full.out, N, H * hd, b, s0, len);
           EXPECT_TRUE(all_close(rows_of(fa.out, len, H * hd, b, 0, len), want, 0, 1e-12)) << "b=" << b;
@@ -232,8 +233,8 @@ TEST(AttentionSpec, CachedChunkWithDifferentOffsetsPerSequence) {
                                    heads_bHTd<const double>(kc.data(), cap, KVH, hd),
                                    heads_bHTd<const double>(vc.data(), cap, KVH, hd));
     for (int64_t b = 0; b < 2; ++b)
-      EXPECT_TRUE(all_close(rows_of(f.out, cs.c, H * hd, b, 0, cs.c), rows_of(full.out, N, H * hd, b, off[b], cs.c), 0,
-                            1e-12))
+      EXPECT_TRUE(
+          all_close(rows_of(f.out, cs.c, H * hd, b, 0, cs.c), rows_of(full.out, N, H * hd, b, off[b], cs.c), 0, 1e-12))
           << "b=" << b;
   }
 }
@@ -349,15 +350,40 @@ struct AsymmetricGqaExample {
   // out: [token][head][dim]
   std::vector<double> hand_out() const {
     const double S = 1 + e(2) + e(3);
-    return {1, 0, 1, 0,                                                        // row 0: h0, h1
-            e(1) / (1 + e(1)), 3 / (1 + e(1)), 1 / (1 + e(3)), 3 * e(3) / (1 + e(3)),  // row 1
-            (e(2) - e(3)) / S, (3 + e(3)) / S, 0, (3 * e(2) + 1) / (2 + e(2))};      // row 2
+    return {1,
+            0,
+            1,
+            0,  // row 0: h0, h1
+            e(1) / (1 + e(1)),
+            3 / (1 + e(1)),
+            1 / (1 + e(3)),
+            3 * e(3) / (1 + e(3)),  // row 1
+            (e(2) - e(3)) / S,
+            (3 + e(3)) / S,
+            0,
+            (3 * e(2) + 1) / (2 + e(2))};  // row 2
   }
   // probs: [head][row][key]
   std::vector<double> hand_probs() const {
     const double S = 1 + e(2) + e(3);
-    return {1, 0, 0, e(1) / (1 + e(1)), 1 / (1 + e(1)), 0, e(2) / S, 1 / S, e(3) / S,                      // h0
-            1, 0, 0, 1 / (1 + e(3)), e(3) / (1 + e(3)), 0, 1 / (2 + e(2)), e(2) / (2 + e(2)), 1 / (2 + e(2))};  // h1
+    return {1,
+            0,
+            0,
+            e(1) / (1 + e(1)),
+            1 / (1 + e(1)),
+            0,
+            e(2) / S,
+            1 / S,
+            e(3) / S,  // h0
+            1,
+            0,
+            0,
+            1 / (1 + e(3)),
+            e(3) / (1 + e(3)),
+            0,
+            1 / (2 + e(2)),
+            e(2) / (2 + e(2)),
+            1 / (2 + e(2))};  // h1
   }
 };
 
@@ -388,9 +414,18 @@ TEST(AttentionHand, AsymmetricGqaCaseMatchesHandComputation) {
   EXPECT_TRUE(all_close(f.out, ex.hand_out(), 0, 1e-12));
   EXPECT_TRUE(all_close(f.probs, ex.hand_probs(), 0, 1e-12));
   // The decimals written above, as an independent check of the closed forms.
-  const std::vector<double> decimals{1, 0, 1, 0,
-                                     0.330238450673343, 2.009284647979971, 0.892958198534830, 0.321125404395511,
-                                     0.090421415952098, 2.288992058266174, 0, 0.770958629461984};
+  const std::vector<double> decimals{1,
+                                     0,
+                                     1,
+                                     0,
+                                     0.330238450673343,
+                                     2.009284647979971,
+                                     0.892958198534830,
+                                     0.321125404395511,
+                                     0.090421415952098,
+                                     2.288992058266174,
+                                     0,
+                                     0.770958629461984};
   EXPECT_TRUE(all_close(f.out, decimals, 0, 1e-14));
   // The score matrix really is asymmetric: q_1.k_0 = 1 but q_0.k_1 = 2 (head 0).
   ASSERT_NE(ex.q[(1 * 2 + 0) * 2] * ex.k[0] + ex.q[(1 * 2 + 0) * 2 + 1] * ex.k[1],

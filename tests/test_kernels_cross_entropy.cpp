@@ -1,8 +1,8 @@
 // Cross-entropy: target shifting, a hand-worked loss with an ignored row, large logits, the
 // count-0 policy, target range errors, backward against finite differences, float against double,
 // thread-count independence.
-#include <gtest/gtest.h>
 #include <gmock/gmock.h>
+#include <gtest/gtest.h>
 
 #include <cmath>
 #include <string>
@@ -54,13 +54,13 @@ TEST(CrossEntropy, HandComputedWithIgnoredRow) {
   EXPECT_NEAR(res.loss, 0.8969501627821353, 1e-15);
   EXPECT_TRUE(all_close(row_loss, std::vector<double>{0.40760596444438, 0, 1.3862943611198906}, 1e-14, 0));
   // Gradient (dloss = 1, count 2): (p - onehot) / 2 per counted row; zero for row 1.
-  //   row 0: ([0.0900.., 0.2447.., 0.6652..] - [0, 0, 1]) / 2 = [0.04501528658519023, 0.12236423552739883, -0.16737952211258905]
-  //   row 2: ([0.25, 0.25, 0.5] - [1, 0, 0]) / 2 = [-0.375, 0.125, 0.25]
+  //   row 0: ([0.0900.., 0.2447.., 0.6652..] - [0, 0, 1]) / 2 = [0.04501528658519023, 0.12236423552739883,
+  //   -0.16737952211258905] row 2: ([0.25, 0.25, 0.5] - [1, 0, 0]) / 2 = [-0.375, 0.125, 0.25]
   std::vector<double> d(9, 1.0);  // starts at 1: accumulates
   cross_entropy_backward<double>(d.data(), logits.data(), targets.data(), 3, 3, res.count);
   for (auto& v : d) v -= 1.0;
-  const std::vector<double> expected{0.04501528658519023, 0.12236423552739883, -0.16737952211258905, 0, 0, 0,
-                                     -0.375, 0.125, 0.25};
+  const std::vector<double> expected{
+      0.04501528658519023, 0.12236423552739883, -0.16737952211258905, 0, 0, 0, -0.375, 0.125, 0.25};
   EXPECT_TRUE(all_close(d, expected, 1e-14, 1e-15));
   // Float: same numbers to float precision; the loss is a double accumulated from float logits.
   const auto lf = as<float>(logits);
@@ -101,8 +101,9 @@ TEST(CrossEntropy, NoCountedRowGivesZeroLossAndZeroGradient) {
 
 TEST(CrossEntropy, TargetOutsideVocabThrowsNamingRow) {
   const std::vector<float> logits(3 * 4, 0.5f);
-  for (const auto& [targets, row, tgt] : {std::tuple{std::vector<TokenId>{1, 4, 0}, "row 1", "target 4"},
-                                          std::tuple{std::vector<TokenId>{kIgnoreIndex, 2, -3}, "row 2", "target -3"}}) {
+  for (const auto& [targets, row, tgt] :
+       {std::tuple{std::vector<TokenId>{1, 4, 0}, "row 1", "target 4"},
+        std::tuple{std::vector<TokenId>{kIgnoreIndex, 2, -3}, "row 2", "target -3"}}) {
     try {
       cross_entropy_forward<float>(nullptr, logits.data(), targets.data(), 3, 4);
       ADD_FAILURE() << "no exception for " << tgt;

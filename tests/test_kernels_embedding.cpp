@@ -1,7 +1,7 @@
 // Embedding gather and scatter-add: a hand-worked example with repeated ids, id range errors,
 // backward against finite differences, float against double, thread-count independence.
-#include <gtest/gtest.h>
 #include <gmock/gmock.h>
+#include <gtest/gtest.h>
 
 #include <string>
 #include <tuple>

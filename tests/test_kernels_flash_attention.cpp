@@ -125,10 +125,9 @@ Result<T> run_reference(const Case& c, const Data<T>& d) {
   std::vector<T> probs(static_cast<size_t>(s.batch * s.n_heads * s.n_q * s.n_kv));
   attention_forward<T>(heads_btHd(r.out.data(), s.n_q, s.n_heads, hd), probs.data(), d.qv, d.kv, d.vv, s, m);
   if (c.grads)
-    attention_backward<T>(heads_btHd(r.dq.data(), s.n_q, s.n_heads, hd),
-                          heads_btHd(r.dk.data(), s.n_kv, s.n_kv_heads, hd),
-                          heads_btHd(r.dv.data(), s.n_kv, s.n_kv_heads, hd), d.doutv, probs.data(), d.qv, d.kv, d.vv,
-                          s, m);
+    attention_backward<T>(
+        heads_btHd(r.dq.data(), s.n_q, s.n_heads, hd), heads_btHd(r.dk.data(), s.n_kv, s.n_kv_heads, hd),
+        heads_btHd(r.dv.data(), s.n_kv, s.n_kv_heads, hd), d.doutv, probs.data(), d.qv, d.kv, d.vv, s, m);
   // lse in double, straight from the definition.
   r.lse.assign(static_cast<size_t>(s.batch * s.n_heads * s.n_q), T(0));
   const int64_t group = s.n_heads / s.n_kv_heads;
@@ -157,15 +156,14 @@ Result<T> run_flash(const Case& c, const Data<T>& d) {
   const AttentionShape s = c.shape();
   const AttentionMask m = c.mask();
   const int64_t hd = s.head_dim;
-  Result<T> r{std::vector<T>(d.q.size(), T(-7)), std::vector<T>(static_cast<size_t>(s.batch * s.n_heads * s.n_q), T(-7)),
-              d.dq0, d.dk0, d.dv0};
+  Result<T> r{std::vector<T>(d.q.size(), T(-7)),
+              std::vector<T>(static_cast<size_t>(s.batch * s.n_heads * s.n_q), T(-7)), d.dq0, d.dk0, d.dv0};
   flash_attention_forward<T>(heads_btHd(r.out.data(), s.n_q, s.n_heads, hd), r.lse.data(), d.qv, d.kv, d.vv, s, m);
   if (c.grads)
-    flash_attention_backward<T>(heads_btHd(r.dq.data(), s.n_q, s.n_heads, hd),
-                                heads_btHd(r.dk.data(), s.n_kv, s.n_kv_heads, hd),
-                                heads_btHd(r.dv.data(), s.n_kv, s.n_kv_heads, hd), d.doutv,
-                                heads_btHd<const T>(r.out.data(), s.n_q, s.n_heads, hd), r.lse.data(), d.qv, d.kv,
-                                d.vv, s, m);
+    flash_attention_backward<T>(
+        heads_btHd(r.dq.data(), s.n_q, s.n_heads, hd), heads_btHd(r.dk.data(), s.n_kv, s.n_kv_heads, hd),
+        heads_btHd(r.dv.data(), s.n_kv, s.n_kv_heads, hd), d.doutv,
+        heads_btHd<const T>(r.out.data(), s.n_q, s.n_heads, hd), r.lse.data(), d.qv, d.kv, d.vv, s, m);
   return r;
 }
 
@@ -314,8 +312,8 @@ TEST(FlashAttention, AllMaskedRows) {
     c.head_dim = 16;
     c.key_valid.assign(static_cast<size_t>(3 * N), 1);
     for (int64_t j = 0; j < std::min<int64_t>(N, 3); ++j) c.key_valid[j] = 0;  // b 0: rows 0..2 see nothing
-    for (int64_t j = 0; j < N; ++j) c.key_valid[2 * N + j] = 0;                 // b 2: every key padding
-    c.kv_len = {N, 0, N};                                                       // b 1: empty cache
+    for (int64_t j = 0; j < N; ++j) c.key_valid[2 * N + j] = 0;                // b 2: every key padding
+    c.kv_len = {N, 0, N};                                                      // b 1: empty cache
     SCOPED_TRACE(describe(c));
     check<float>(c, kFloatTol);
 
@@ -458,10 +456,10 @@ TEST(FlashAttention, DropoutMatchesTheDefinitionInDouble) {
       std::vector<double> out(d.q.size(), -7.0), lse(static_cast<size_t>(s.batch * H * s.n_q), -7.0);
       std::vector<double> dq = d.dq0, dk = d.dk0, dv = d.dv0;
       flash_attention_forward<double>(heads_btHd(out.data(), s.n_q, H, hd), lse.data(), d.qv, d.kv, d.vv, s, m, drop);
-      flash_attention_backward<double>(heads_btHd(dq.data(), s.n_q, H, hd), heads_btHd(dk.data(), s.n_kv, s.n_kv_heads, hd),
-                                       heads_btHd(dv.data(), s.n_kv, s.n_kv_heads, hd), d.doutv,
-                                       heads_btHd<const double>(out.data(), s.n_q, H, hd), lse.data(), d.qv, d.kv,
-                                       d.vv, s, m, drop);
+      flash_attention_backward<double>(
+          heads_btHd(dq.data(), s.n_q, H, hd), heads_btHd(dk.data(), s.n_kv, s.n_kv_heads, hd),
+          heads_btHd(dv.data(), s.n_kv, s.n_kv_heads, hd), d.doutv, heads_btHd<const double>(out.data(), s.n_q, H, hd),
+          lse.data(), d.qv, d.kv, d.vv, s, m, drop);
 
       std::vector<double> want_out(d.q.size(), 0.0), wdq = d.dq0, wdk = d.dk0, wdv = d.dv0;
       auto wq = heads_btHd(wdq.data(), s.n_q, H, hd);

@@ -220,8 +220,7 @@ struct PaddedGemm {
     ldb = b_cols + 2 * pad;
     ldc = N + pad;
     A = padded(random_values(a_rows * a_cols, seed), a_rows, a_cols, lda, std::numeric_limits<float>::quiet_NaN());
-    B = padded(random_values(b_rows * b_cols, seed + 1), b_rows, b_cols, ldb,
-               std::numeric_limits<float>::quiet_NaN());
+    B = padded(random_values(b_rows * b_cols, seed + 1), b_rows, b_cols, ldb, std::numeric_limits<float>::quiet_NaN());
     C = padded(random_values(M * N, seed + 2), M, N, ldc, kSentinel);
   }
   static std::vector<float> padded(const std::vector<double>& v, int64_t rows, int64_t cols, int64_t ld, float pad) {
@@ -250,8 +249,8 @@ struct PaddedGemm {
       const double x = got[i * g.ldc + j], r = want[i * g.ldc + j];
       const double tol = 2 * eps * static_cast<double>(g.K + 2) * (std::abs(alpha) * mag + c0) + eps * std::abs(r);
       if (!(std::abs(x - r) <= tol))
-        return ::testing::AssertionFailure() << "C(" << i << ", " << j << ") = " << x << ", naive " << r
-                                             << ", |diff| " << std::abs(x - r) << " > " << tol;
+        return ::testing::AssertionFailure() << "C(" << i << ", " << j << ") = " << x << ", naive " << r << ", |diff| "
+                                             << std::abs(x - r) << " > " << tol;
     }
     for (int64_t j = g.N; j < g.ldc; ++j)
       if (got[i * g.ldc + j] != PaddedGemm::kSentinel)
@@ -270,16 +269,16 @@ struct PaddedGemm {
 // NaN, 1 and -0.5.
 TEST(SgemmAvx512, MatchesNaiveLoopOnEveryTransposeAndEdge) {
   SKIP_WITHOUT_AVX512();
-  const std::vector<std::tuple<int64_t, int64_t, int64_t>> shapes{
-      {1, 1, 1}, {7, 5, 3}, {17, 33, 65}, {129, 257, 31}, {300, 200, 500}, {700, 90, 40}, {3, 4500, 20},
-      {40, 50, 1700}};
+  const std::vector<std::tuple<int64_t, int64_t, int64_t>> shapes{{1, 1, 1},      {7, 5, 3},       {17, 33, 65},
+                                                                  {129, 257, 31}, {300, 200, 500}, {700, 90, 40},
+                                                                  {3, 4500, 20},  {40, 50, 1700}};
   uint64_t seed = 100;
   for (const auto& [M, N, K] : shapes)
     for (bool ta : {false, true})
       for (bool tb : {false, true})
         for (float beta : {0.0f, 1.0f, -0.5f}) {
-          SCOPED_TRACE(::testing::Message() << M << "x" << N << "x" << K << " ta=" << ta << " tb=" << tb
-                                            << " beta=" << beta);
+          SCOPED_TRACE(::testing::Message()
+                       << M << "x" << N << "x" << K << " ta=" << ta << " tb=" << tb << " beta=" << beta);
           PaddedGemm g(M, N, K, ta, tb, 3, seed += 3);
           std::vector<float> C0 = g.C;
           if (beta == 0.0f)  // beta 0 overwrites: NaN in C must not leak into the result
@@ -336,8 +335,8 @@ TEST(SgemmAvx512, OneAndTwoThreadsGiveIdenticalBits) {
     for (bool ta : {false, true})
       for (bool tb : {false, true})
         for (float beta : {0.0f, 1.0f}) {
-          SCOPED_TRACE(::testing::Message() << M << "x" << N << "x" << K << " ta=" << ta << " tb=" << tb
-                                            << " beta=" << beta);
+          SCOPED_TRACE(::testing::Message()
+                       << M << "x" << N << "x" << K << " ta=" << ta << " tb=" << tb << " beta=" << beta);
           const PaddedGemm g(M, N, K, ta, tb, 1, 200);
           std::vector<float> one = g.C, two = g.C;
           omp_set_num_threads(1);

@@ -99,8 +99,8 @@ TEST(LayerNorm, BackwardMatchesFiniteDifferences) {
   layernorm_forward<double>(y.data(), mean.data(), rstd.data(), x.data(), gain.data(), bias.data(), rows, cols, eps);
   // Start non-zero: backward accumulates.
   std::vector<double> dx(rows * cols, 0.25), dg(cols, -0.5), db(cols, 1.0);
-  layernorm_backward<double>(dx.data(), dg.data(), db.data(), r.data(), x.data(), mean.data(), rstd.data(),
-                             gain.data(), rows, cols);
+  layernorm_backward<double>(dx.data(), dg.data(), db.data(), r.data(), x.data(), mean.data(), rstd.data(), gain.data(),
+                             rows, cols);
   for (auto& v : dx) v -= 0.25;
   for (auto& v : dg) v += 0.5;
   for (auto& v : db) v -= 1.0;
@@ -163,8 +163,8 @@ TEST(LayerNorm, NullGainMatchesFiniteDifferences) {
   std::vector<double> y(rows * cols), mean(rows), rstd(rows);
   layernorm_forward<double>(y.data(), mean.data(), rstd.data(), x.data(), nullptr, bias.data(), rows, cols, eps);
   std::vector<double> dx(rows * cols, 0.25), db(cols, -1.0);
-  layernorm_backward<double>(dx.data(), nullptr, db.data(), r.data(), x.data(), mean.data(), rstd.data(), nullptr,
-                             rows, cols);
+  layernorm_backward<double>(dx.data(), nullptr, db.data(), r.data(), x.data(), mean.data(), rstd.data(), nullptr, rows,
+                             cols);
   for (auto& v : dx) v -= 0.25;
   for (auto& v : db) v += 1.0;
   EXPECT_LT(test::gradient_error(dx, test::numeric_gradient(loss, x)), 1e-6);
@@ -313,8 +313,8 @@ TEST(Norm, FloatMatchesDouble) {
                              rows, cols);
   std::vector<float> yf(rows * cols), mf(rows), sf(rows), dxf(rows * cols), dgf(cols), dbf(cols);
   layernorm_forward<float>(yf.data(), mf.data(), sf.data(), xf.data(), gf.data(), bf.data(), rows, cols, 1e-5f);
-  layernorm_backward<float>(dxf.data(), dgf.data(), dbf.data(), dyf.data(), xf.data(), mf.data(), sf.data(),
-                            gf.data(), rows, cols);
+  layernorm_backward<float>(dxf.data(), dgf.data(), dbf.data(), dyf.data(), xf.data(), mf.data(), sf.data(), gf.data(),
+                            rows, cols);
   // Float rounds each output once (|y| <= ~3), and the saved mean/rstd are rounded to float before
   // the backward (relative 6e-8; the mean of row 2 ~ 40 loses ~2e-6 absolute, times rstd ~ 1).
   // dx of row 1 is ~rstd ~ 300 in magnitude. 1e-5 relative + 1e-5 absolute covers these.

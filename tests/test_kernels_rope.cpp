@@ -93,10 +93,10 @@ TEST(Rope, DotProductDependsOnlyOnThePositionGap) {
 TEST(Rope, BothPairingsMatchHandComputedCase) {
   const std::vector<int64_t> pos{1, 0};
   const std::vector<double> x{1, 2, 3, 4, /**/ 1, 2, 3, 4};
-  const std::vector<double> adjacent{-1.1426396637476532, 1.922075596544176, 2.9598506679133294, 4.029799501669161,
-                                     1, 2, 3, 4};
-  const std::vector<double> halves{-1.9841106485555495, 1.959900667496664, 2.4623779024123156, 4.019799668334994,
-                                   1, 2, 3, 4};
+  const std::vector<double> adjacent{
+      -1.1426396637476532, 1.922075596544176, 2.9598506679133294, 4.029799501669161, 1, 2, 3, 4};
+  const std::vector<double> halves{
+      -1.9841106485555495, 1.959900667496664, 2.4623779024123156, 4.019799668334994, 1, 2, 3, 4};
   auto ya = x, yh = x;
   rope_forward<double>(ya.data(), pos.data(), 2, 1, 4, params(4, RopePairing::Adjacent));
   rope_forward<double>(yh.data(), pos.data(), 2, 1, 4, params(4, RopePairing::Halves));
@@ -139,12 +139,12 @@ TEST(Rope, ConfigurableBaseMatchesHandComputedCase) {
   EXPECT_TRUE(all_close(ya, adjacent, 0, 1e-14));
   EXPECT_TRUE(all_close(yh, halves, 0, 1e-14));
   // The decimals written above, as an independent check of the formulas.
-  EXPECT_TRUE(all_close(ya, std::vector<double>{-2.234741690198506, 0.0770037537313969, 2.1455224103434802,
-                                                4.5162743037501505},
-                        0, 1e-14));
-  EXPECT_TRUE(all_close(yh, std::vector<double>{-3.1440391170241875, 1.1654558325022384, -0.33914308281574557,
-                                                4.317604972955089},
-                        0, 1e-14));
+  EXPECT_TRUE(
+      all_close(ya, std::vector<double>{-2.234741690198506, 0.0770037537313969, 2.1455224103434802, 4.5162743037501505},
+                0, 1e-14));
+  EXPECT_TRUE(all_close(
+      yh, std::vector<double>{-3.1440391170241875, 1.1654558325022384, -0.33914308281574557, 4.317604972955089}, 0,
+      1e-14));
   // The backward with the same base rotates back.
   rope_backward<double>(ya.data(), &pos, 1, 1, 4, pa);
   rope_backward<double>(yh.data(), &pos, 1, 1, 4, ph);
@@ -189,8 +189,8 @@ TEST(Rope, DifferentBasesGiveDifferentOutputsAtPositionsAboveZero) {
 TEST(Rope, RejectsANonPositiveOrNonFiniteBase) {
   std::vector<double> x(8, 1.0);
   const std::vector<int64_t> pos{0, 1};
-  for (double base : {0.0, -0.0, -1.0, -10000.0, std::numeric_limits<double>::infinity(),
-                      std::numeric_limits<double>::quiet_NaN()}) {
+  for (double base :
+       {0.0, -0.0, -1.0, -10000.0, std::numeric_limits<double>::infinity(), std::numeric_limits<double>::quiet_NaN()}) {
     RopeParams p = params(4, RopePairing::Adjacent);
     p.base = base;
     EXPECT_THROW(rope_forward<double>(x.data(), pos.data(), 2, 1, 4, p), Error) << "base " << base;

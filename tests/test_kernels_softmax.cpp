@@ -66,8 +66,8 @@ TEST(LogSoftmax, HandComputedRow) {
   // too): [-1.40760596444438, -2.40760596444438, -0.40760596444438]; exp(-1000) would underflow to 0
   // if the max were not subtracted first.
   const std::vector<double> x{1, 2, 3, -1000, -1001, -999};
-  const std::vector<double> expected{-2.40760596444438, -1.4076059644443801, -0.40760596444438013,
-                                     -1.4076059644443801, -2.40760596444438, -0.40760596444438013};
+  const std::vector<double> expected{-2.40760596444438,   -1.4076059644443801, -0.40760596444438013,
+                                     -1.4076059644443801, -2.40760596444438,   -0.40760596444438013};
   std::vector<double> y(6);
   log_softmax_forward<double>(y.data(), x.data(), 2, 3);
   // Row 1 loses ~1000 * 2^-53 absolute to the shift: 1e-13 absolute is ample.

@@ -9,8 +9,8 @@
 #include "kernels/activation.h"
 #include "kernels/attention.h"
 #include "kernels/matmul.h"
-#include "kernels/rope.h"
 #include "kernels/norm.h"
+#include "kernels/rope.h"
 #include "model/model.h"
 #include "test_util.h"
 
@@ -36,10 +36,10 @@ Model make_model(const char* overrides, uint64_t seed = 5) {
 }
 
 const char* kConfigs[] = {
-    R"({})",                                                                                   // learned, MHA
-    R"({"positions": "rope", "n_kv_heads": 2, "rope_pairing": "adjacent"})",                   // RoPE, GQA
-    R"({"positions": "rope", "n_kv_heads": 1, "norm": "rmsnorm", "activation": "swiglu"})",    // MQA
-    R"({"positions": "sinusoidal", "norm_placement": "post", "bias": false})",                 // post-LN
+    R"({})",                                                                                 // learned, MHA
+    R"({"positions": "rope", "n_kv_heads": 2, "rope_pairing": "adjacent"})",                 // RoPE, GQA
+    R"({"positions": "rope", "n_kv_heads": 1, "norm": "rmsnorm", "activation": "swiglu"})",  // MQA
+    R"({"positions": "sinusoidal", "norm_placement": "post", "bias": false})",               // post-LN
 };
 
 std::vector<TokenId> tokens(int64_t n, uint64_t seed) {
@@ -222,8 +222,10 @@ TEST(KVCache, ModelForwardEqualsTheReferenceBlockComposition) {
       for (int64_t k = 0; k < d; ++k) x[t * d + k] = emb[ids[t] * d + k];
     if (c.positions == Positions::Learned || c.positions == Positions::Sinusoidal) {
       std::vector<float> pe(T * d);
-      if (c.positions == Positions::Sinusoidal) sinusoidal_positions(pe.data(), T, d);
-      else std::copy_n(m.params().get("pos_embeddings.weight").data(), T * d, pe.data());
+      if (c.positions == Positions::Sinusoidal)
+        sinusoidal_positions(pe.data(), T, d);
+      else
+        std::copy_n(m.params().get("pos_embeddings.weight").data(), T * d, pe.data());
       for (int64_t i = 0; i < T * d; ++i) x[i] += pe[i];
     }
     for (int64_t l = 0; l < c.n_layers; ++l) {
@@ -307,7 +309,8 @@ TEST(KVCache, RestartingRopePositionsAtZeroForACachedChunkGivesWrongLogits) {
   EXPECT_TRUE(all_close(chunk_logits(L), want_chunk, 1e-5, 1e-5));  // absolute positions: right
   const auto restarted = chunk_logits(0);
   double worst = 0;
-  for (int64_t i = 0; i < n * V; ++i) worst = std::max(worst, static_cast<double>(std::abs(restarted[i] - want_chunk[i])));
+  for (int64_t i = 0; i < n * V; ++i)
+    worst = std::max(worst, static_cast<double>(std::abs(restarted[i] - want_chunk[i])));
   EXPECT_GT(worst, 0.05) << "restarting the chunk's positions at zero should change its logits";
   // And the model's own cached path (prefill L, then the chunk) agrees with the uncached pass.
   KVCache cache = m.make_cache(1, T);

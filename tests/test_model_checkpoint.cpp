@@ -8,8 +8,8 @@
 
 #include "io/safetensors.h"
 #include "model/checkpoint.h"
-#include "tokenizer/char_tokenizer.h"
 #include "test_util.h"
+#include "tokenizer/char_tokenizer.h"
 
 namespace tformer {
 namespace {

@@ -53,12 +53,12 @@ TEST(Model, TensorNamesFollowTheCheckpointFormat) {
   Model m(tiny(R"({"activation": "swiglu", "tied_embeddings": false, "n_kv_heads": 1})"));
   std::set<std::string> names;
   for (const auto& e : m.params().entries()) names.insert(e.name);
-  for (const char* n : {"tok_embeddings.weight", "pos_embeddings.weight", "layers.0.attn_norm.weight",
-                        "layers.0.attn_norm.bias", "layers.1.attn.wq.weight", "layers.1.attn.wk.bias",
-                        "layers.1.attn.wo.weight", "layers.1.ffn.w3.weight", "layers.1.ffn.w2.bias", "norm.weight",
-                        "norm.bias", "output.weight"})
+  for (const char* n :
+       {"tok_embeddings.weight", "pos_embeddings.weight", "layers.0.attn_norm.weight", "layers.0.attn_norm.bias",
+        "layers.1.attn.wq.weight", "layers.1.attn.wk.bias", "layers.1.attn.wo.weight", "layers.1.ffn.w3.weight",
+        "layers.1.ffn.w2.bias", "norm.weight", "norm.bias", "output.weight"})
     EXPECT_TRUE(names.contains(n)) << n;
-  EXPECT_TRUE(names.contains("layers.0.ffn.w3.bias"));  // swiglu with bias: w3 has one too
+  EXPECT_TRUE(names.contains("layers.0.ffn.w3.bias"));                           // swiglu with bias: w3 has one too
   EXPECT_EQ(m.params().get("layers.0.attn.wk.weight").shape(), (Shape{4, 12}));  // 1 kv head of width 4
   Model post(tiny(R"({"norm_placement": "post", "norm": "rmsnorm", "bias": false, "positions": "rope"})"));
   for (const auto& e : post.params().entries()) {

@@ -75,7 +75,7 @@ TEST(BpeApply, LineWhitespaceConventions) {
   EXPECT_EQ(bpe.apply_line("   \r\n"), "   \r\n");
   EXPECT_EQ(bpe.apply_line("low"), "low");
   EXPECT_EQ(bpe.apply_line("\r\n low\r\n"), "\r\n low\r\n");
-  EXPECT_EQ(bpe.apply_line("a\tlow\n"), "a@@ \t@@ low\n");   // [a][\t][l][o][w</w>] -> a \t low
+  EXPECT_EQ(bpe.apply_line("a\tlow\n"), "a@@ \t@@ low\n");        // [a][\t][l][o][w</w>] -> a \t low
   EXPECT_EQ(bpe.apply_line("lo\u00a0w\n"), "lo@@ \u00a0@@ w\n");  // no-break space inside the word
 }
 
@@ -246,8 +246,7 @@ TEST(BpeCodes, VersionsAndEmptyCodes) {
   EXPECT_EQ(v1.segment("abc"), (Pieces{"ab", "c"}));
   EXPECT_EQ(v1.apply_line("abc ab\n"), "ab@@ c ab\n");
   // --merges N keeps the first N.
-  EXPECT_EQ(SennrichBpe::from_codes(kToyCodes, "toy", 2).segment("lowest"),
-            (Pieces{"lo", "w", "e", "s", "t"}));
+  EXPECT_EQ(SennrichBpe::from_codes(kToyCodes, "toy", 2).segment("lowest"), (Pieces{"lo", "w", "e", "s", "t"}));
 }
 
 // Each bad file is an Error that names the file and the line.

@@ -2,11 +2,11 @@
 // min-frequency, 64-bit counts) and equality with subword-nmt 0.3.9's real output.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <unistd.h>
 #include <string>
 #include <utility>
 #include <vector>
@@ -290,7 +290,8 @@ TEST(BpeCount, FileBlocksOfAnySizeGiveTheSameCountsAsTheWholeText) {
   }
   const auto whole = as_pairs(bpe_count_words(text, "text"));
   ASSERT_GT(whole.size(), 20u);
-  const auto path = (std::filesystem::temp_directory_path() / ("tformer_blocks_" + std::to_string(::getpid()))).string();
+  const auto path =
+      (std::filesystem::temp_directory_path() / ("tformer_blocks_" + std::to_string(::getpid()))).string();
   {
     std::ofstream out(path, std::ios::binary);
     out << text;

@@ -47,9 +47,31 @@ std::string random_bytes(Rng& rng, size_t max_len) {
 
 // Random text mixing ASCII, multi-byte characters and (optionally) invalid bytes.
 std::string random_text(Rng& rng, size_t n_atoms, bool invalid) {
-  static const std::vector<std::string> atoms = {
-      "a", "b", "e", "the", " ", "  ", "\n", "\t", "'s", "'", "1", "23", ".", "!", "\xc3\xa9", "\xe4\xb8\xad",
-      "\xf0\x9f\x98\x80", "\xc2\xa0", "\xe3\x80\x80", "<|endoftext|>", "A", "Z", "'LL", "\r\n", "x"};
+  static const std::vector<std::string> atoms = {"a",
+                                                 "b",
+                                                 "e",
+                                                 "the",
+                                                 " ",
+                                                 "  ",
+                                                 "\n",
+                                                 "\t",
+                                                 "'s",
+                                                 "'",
+                                                 "1",
+                                                 "23",
+                                                 ".",
+                                                 "!",
+                                                 "\xc3\xa9",
+                                                 "\xe4\xb8\xad",
+                                                 "\xf0\x9f\x98\x80",
+                                                 "\xc2\xa0",
+                                                 "\xe3\x80\x80",
+                                                 "<|endoftext|>",
+                                                 "A",
+                                                 "Z",
+                                                 "'LL",
+                                                 "\r\n",
+                                                 "x"};
   static const std::vector<std::string> bad = {"\xff", "\x80", "\xc3", "\xe4\xb8", "\xed\xa0\x80", "\xc0\xaf"};
   std::string s;
   for (size_t i = 0; i < n_atoms; ++i) {
@@ -129,8 +151,8 @@ TEST(ByteBpeWorked, ScanAndHeapAgreeOnRandomPieces) {
 
 TEST(ByteBpeWorked, ConstructorRejectsBadVocabularies) {
   auto bytes = identity_bytes();
-  EXPECT_THROW(ByteBpeTokenizer(bytes, {{97, 300}}, {}), Error);              // part not yet a token
-  EXPECT_THROW(ByteBpeTokenizer(bytes, {{97, 98}, {97, 98}}, {}), Error);     // same result twice
+  EXPECT_THROW(ByteBpeTokenizer(bytes, {{97, 300}}, {}), Error);               // part not yet a token
+  EXPECT_THROW(ByteBpeTokenizer(bytes, {{97, 98}, {97, 98}}, {}), Error);      // same result twice
   EXPECT_THROW(ByteBpeTokenizer(bytes, {{97, 98}}, {{"<|x|>", 300}}), Error);  // gap before special
   bytes[1] = 0;
   EXPECT_THROW(ByteBpeTokenizer(bytes, {}, {}), Error);  // byte 0 twice
@@ -145,7 +167,8 @@ TEST(Gpt2PreTokenizer, PiecesOfTheHeaderExample) {
   EXPECT_EQ(Gpt2PreTokenizer::instance().split("ab\xff\xfe cd  \x80"),
             (std::vector<std::string_view>{"ab", "\xff\xfe", " cd", "  ", "\x80"}));
   // U+0085 and U+00A0 are white space (Unicode White_Space, as in tiktoken's regex).
-  EXPECT_EQ(Gpt2PreTokenizer::instance().split("a\xc2\x85\xc2\xa0" "b"),
+  EXPECT_EQ(Gpt2PreTokenizer::instance().split("a\xc2\x85\xc2\xa0"
+                                               "b"),
             (std::vector<std::string_view>{"a", "\xc2\x85", "\xc2\xa0", "b"}));
 }
 

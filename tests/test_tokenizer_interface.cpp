@@ -24,10 +24,10 @@ TEST(Utf8, CharLengthClassifiesCompleteUnfinishedAndInvalid) {
   EXPECT_EQ(utf8_char_length("\xc3"), -1);             // unfinished
   EXPECT_EQ(utf8_char_length("\xf0\x9f\x98"), -1);
   EXPECT_EQ(utf8_char_length(""), -1);
-  EXPECT_EQ(utf8_char_length("\x80"), 0);            // lone continuation byte
-  EXPECT_EQ(utf8_char_length("\xc0\xaf"), 0);        // overlong '/'
-  EXPECT_EQ(utf8_char_length("\xe0\x80\xaf"), 0);    // overlong
-  EXPECT_EQ(utf8_char_length("\xed\xa0\x80"), 0);    // surrogate U+D800
+  EXPECT_EQ(utf8_char_length("\x80"), 0);              // lone continuation byte
+  EXPECT_EQ(utf8_char_length("\xc0\xaf"), 0);          // overlong '/'
+  EXPECT_EQ(utf8_char_length("\xe0\x80\xaf"), 0);      // overlong
+  EXPECT_EQ(utf8_char_length("\xed\xa0\x80"), 0);      // surrogate U+D800
   EXPECT_EQ(utf8_char_length("\xf4\x90\x80\x80"), 0);  // above U+10FFFF
   EXPECT_EQ(utf8_char_length("\xff"), 0);
   EXPECT_EQ(utf8_char_length("\xc3\x41"), 0);  // lead byte followed by ASCII
@@ -59,7 +59,9 @@ TEST(StreamingDecoder, InvalidBytesComeOutAsTheyAreAndFlushReturnsTheRest) {
   const CharTokenizer tok = CharTokenizer::bytes();
   // 0xff is invalid at once; 0xc3 then 'x' turns out invalid when 'x' arrives; 0xe4 0xb8 at the end
   // is unfinished and comes out at flush.
-  const std::string text = "\xff" "a\xc3x\xe4\xb8"s;
+  const std::string text =
+      "\xff"
+      "a\xc3x\xe4\xb8"s;
   const auto chunks = stream(tok, tok.encode(text));
   const std::vector<std::string> expected = {"\xff", "a", "", "\xc3x", "", "", "\xe4\xb8"};
   EXPECT_EQ(chunks, expected);

@@ -116,10 +116,45 @@ TEST(SennrichTokenizer, RoundTripsRandomBytes) {
   toks.push_back(SennrichTokenizer::from_codes(kToyCodes, "toy", {"\t", "\f", "x", "\xc3\xa9"}));
   toks.push_back(SennrichTokenizer::from_codes(literal_codes, "literal"));
   toks.push_back(SennrichTokenizer::from_codes("a b\nab </w>\nl o\n", "v0.1"));
-  const std::vector<std::string> atoms = {
-      " ", " ", " ", "  ", "\n", "\n", "\r", "\r\n", "\t", "l", "o", "w", "e", "s", "t", "low", "lowest",
-      "a", "b", "ab", "<", "/", "w>", "</w>", "a</w>", "x", "\f", "\x0b", "\x1c", "\xc2\x85", "\xe2\x80\xa8",
-      "\xc3\xa9", "\xe4\xb8\xad", "\xff", "\x80", "\xc3", "\xe2\x80", "\xc2\xa0", std::string(1, '\0')};
+  const std::vector<std::string> atoms = {" ",
+                                          " ",
+                                          " ",
+                                          "  ",
+                                          "\n",
+                                          "\n",
+                                          "\r",
+                                          "\r\n",
+                                          "\t",
+                                          "l",
+                                          "o",
+                                          "w",
+                                          "e",
+                                          "s",
+                                          "t",
+                                          "low",
+                                          "lowest",
+                                          "a",
+                                          "b",
+                                          "ab",
+                                          "<",
+                                          "/",
+                                          "w>",
+                                          "</w>",
+                                          "a</w>",
+                                          "x",
+                                          "\f",
+                                          "\x0b",
+                                          "\x1c",
+                                          "\xc2\x85",
+                                          "\xe2\x80\xa8",
+                                          "\xc3\xa9",
+                                          "\xe4\xb8\xad",
+                                          "\xff",
+                                          "\x80",
+                                          "\xc3",
+                                          "\xe2\x80",
+                                          "\xc2\xa0",
+                                          std::string(1, '\0')};
   Rng rng(11);
   for (const auto& tok : toks) {
     for (int trial = 0; trial < 300; ++trial) {
@@ -159,7 +194,8 @@ TEST(SennrichTokenizer, StreamingDecoderContinuesAPrompt) {
 // On ordinary text the symbol ids are exactly `bpe apply`'s pieces: a word's last piece as its
 // "</w>" symbol, the others as they are; separators add only whitespace ids.
 TEST(SennrichTokenizer, IdsAreApplysPieces) {
-  const std::string corpus = test::read_file(std::string(TFORMER_SOURCE_DIR) + "/tests/fixtures/tinyshakespeare_100k.txt");
+  const std::string corpus =
+      test::read_file(std::string(TFORMER_SOURCE_DIR) + "/tests/fixtures/tinyshakespeare_100k.txt");
   ASSERT_FALSE(corpus.empty());
   BpeLearnOptions options;
   options.merges = 500;
@@ -356,8 +392,9 @@ TEST(BpeApplyStream, ALineOfManyBlocksAndRandomText) {
   EXPECT_EQ(apply_streamed(bpe, long_word, text::LineMode::kSplitlines, 100),
             bpe.apply_text(long_word, text::LineMode::kSplitlines));
   // Random text over the tricky characters.
-  const std::vector<std::string> atoms = {" ", " ", "  ", "\n", "\r", "\r\n", "\t", "low", "est", "s", "\f",
-                                          "\xc2\x85", "\xe2\x80\xa8", "\xc3\xa9", "\xe4\xb8\xad"};
+  const std::vector<std::string> atoms = {" ",    " ",        "  ",           "\n",       "\r",
+                                          "\r\n", "\t",       "low",          "est",      "s",
+                                          "\f",   "\xc2\x85", "\xe2\x80\xa8", "\xc3\xa9", "\xe4\xb8\xad"};
   for (int trial = 0; trial < 200; ++trial) {
     std::string input;
     const uint64_t n = rng.below(40);
@@ -372,8 +409,7 @@ TEST(BpeApplyStream, InvalidUtf8NamesTheOffsetInTheWholeInput) {
   const SennrichBpe bpe = SennrichBpe::from_codes(kToyCodes, "toy");
   const std::string input = "low low\nlowest \xff low\n";
   for (size_t block : {1, 4, 100}) {
-    const std::string message =
-        error_of([&] { apply_streamed(bpe, input, text::LineMode::kSplitlines, block); });
+    const std::string message = error_of([&] { apply_streamed(bpe, input, text::LineMode::kSplitlines, block); });
     EXPECT_NE(message.find("<test>: invalid UTF-8 at byte offset 15"), std::string::npos) << message;
   }
 }

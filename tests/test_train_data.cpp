@@ -2,10 +2,10 @@
 // inside a UTF-8 character), a separate validation file, the token cache (reuse, invalidation,
 // damaged files), the batch sampler's windows, seeds and saved state, the metrics log, and the
 // progress display's plain format.
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
-#include <fmt/format.h>
 
 #include <algorithm>
 #include <atomic>
@@ -102,10 +102,15 @@ TEST_F(DataTest, SplitMovesForwardToACharacterBoundary) {
   EXPECT_EQ(val_split_offset(std::string(10, '\x80'), 0.5), 8u);
 
   // Through load_dataset with the byte tokenizer: the parts are whole characters.
-  const std::string text = "ab\xC3\xA9" "cd\xE2\x82\xAC" "ef";  // 11 bytes; floor(11 * 0.7) = 7 is inside "€"
+  const std::string text =
+      "ab\xC3\xA9"
+      "cd\xE2\x82\xAC"
+      "ef";  // 11 bytes; floor(11 * 0.7) = 7 is inside "€"
   const CharTokenizer tok = CharTokenizer::bytes();
   const Dataset d = load_dataset(put("u.txt", text), "", 0.3, tok, "");
-  EXPECT_EQ(tok.decode(d.train), "ab\xC3\xA9" "cd\xE2\x82\xAC");
+  EXPECT_EQ(tok.decode(d.train),
+            "ab\xC3\xA9"
+            "cd\xE2\x82\xAC");
   EXPECT_EQ(tok.decode(d.val), "ef");
   EXPECT_TRUE(is_valid_utf8(tok.decode(d.train)));
 }
@@ -232,7 +237,8 @@ TEST_F(DataTest, DamagedCacheFilesAreRewrittenNeverTrusted) {
   const std::string original = slurp(cache_file);
 
   std::vector<std::string> damaged;
-  for (size_t cut : {size_t{0}, size_t{5}, size_t{31}, size_t{32}, original.size() - 1}) damaged.push_back(original.substr(0, cut));
+  for (size_t cut : {size_t{0}, size_t{5}, size_t{31}, size_t{32}, original.size() - 1})
+    damaged.push_back(original.substr(0, cut));
   damaged.push_back(original + "x");
   for (size_t at : {size_t{0}, size_t{8}, size_t{12}, size_t{16}, size_t{24}, size_t{40}, original.size() - 3}) {
     std::string flipped = original;
@@ -472,14 +478,14 @@ TEST(Progress, LiveLineFitsTheTerminal) {
   ASSERT_EQ(fields.substr(0, 9), "step 120/");
   const double frac = 120.0 / 2000.0;
   const int L = static_cast<int>(fields.size());
-  EXPECT_EQ(Progress::fit_line(frac, fields, 200), full);                        // room for the full bar
-  EXPECT_EQ(Progress::fit_line(frac, fields, L + 3 + 20), full);                 // exactly
+  EXPECT_EQ(Progress::fit_line(frac, fields, 200), full);                             // room for the full bar
+  EXPECT_EQ(Progress::fit_line(frac, fields, L + 3 + 20), full);                      // exactly
   EXPECT_EQ(Progress::fit_line(frac, fields, L + 3 + 10), "[..........] " + fields);  // 10-wide bar
   EXPECT_EQ(Progress::fit_line(0.5, fields, L + 3 + 10), "[#####.....] " + fields);
-  EXPECT_EQ(Progress::fit_line(frac, fields, L + 3 + 5), "[.....] " + fields);   // the narrowest bar
-  EXPECT_EQ(Progress::fit_line(frac, fields, L + 3 + 4), fields);                // no bar
-  EXPECT_EQ(Progress::fit_line(frac, fields, 20), fields.substr(0, 20));         // fields cut
-  EXPECT_EQ(Progress::fit_line(frac, fields, 0), fields.substr(0, 1));           // never empty-width
+  EXPECT_EQ(Progress::fit_line(frac, fields, L + 3 + 5), "[.....] " + fields);  // the narrowest bar
+  EXPECT_EQ(Progress::fit_line(frac, fields, L + 3 + 4), fields);               // no bar
+  EXPECT_EQ(Progress::fit_line(frac, fields, 20), fields.substr(0, 20));        // fields cut
+  EXPECT_EQ(Progress::fit_line(frac, fields, 0), fields.substr(0, 1));          // never empty-width
   for (int columns = 1; columns < 120; ++columns)
     EXPECT_LE(Progress::fit_line(0.7, fields, columns).size(), static_cast<size_t>(columns)) << columns;
 }

@@ -84,8 +84,10 @@ TEST(TrainFixtures, OurForwardGivesTorchsLoss) {
     ASSERT_EQ(static_cast<int64_t>(targets.size()), batch * T);
     int64_t n_ignored = 0;
     for (TokenId t : targets) {
-      if (t == kIgnoreIndex) ++n_ignored;
-      else EXPECT_TRUE(t >= 0 && t < vocab) << t;
+      if (t == kIgnoreIndex)
+        ++n_ignored;
+      else
+        EXPECT_TRUE(t >= 0 && t < vocab) << t;
     }
     EXPECT_EQ(n_ignored, c.at("n_ignored").get<int64_t>());
     EXPECT_GT(n_ignored, 0);
@@ -131,8 +133,8 @@ TEST(TrainFixtures, BackwardGivesTorchsGradients) {
         // is ~1e-6 of it here (the test fails at 1e-7). A key bias's true gradient is exactly 0
         // (softmax ignores a shift shared by a row's scores; torch's float64 value is 1e-18, ours
         // float32 round-off near 1e-9), hence a floor of 1e-2 under the scale: 1e-7 absolute there.
-        EXPECT_TRUE(test::all_close(grads.view(e).data(), want.data(), e.shape.numel(), 1e-4,
-                                    1e-5 * std::max(scale, 1e-2)))
+        EXPECT_TRUE(
+            test::all_close(grads.view(e).data(), want.data(), e.shape.numel(), 1e-4, 1e-5 * std::max(scale, 1e-2)))
             << e.name << (kernel == AttentionKernel::Tiled ? " (tiled)" : " (reference)");
       }
     }

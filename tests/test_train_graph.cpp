@@ -165,38 +165,38 @@ TEST(TrainGraph, TiledAndReferenceAttentionGiveTheSameGradients) {
   // With dropout 0.2 as well: both kernels drop the same attention probabilities (the tiled one
   // regenerates the mask per tile), so training-mode losses and gradients agree too.
   for (const double dropout : {0.0, 0.2})
-  for (const Case& k : {Case{"rms_rope_swiglu_gqa", 32, 4, 70}, Case{"pre", 128, 4, 64}, Case{"post", 128, 2, 80}}) {
-    SCOPED_TRACE(fmt::format("dropout {}", dropout));
-    ModelConfig c = tiny(k.variant);
-    c.dropout = dropout;
-    c.context_length = 80;
-    c.d_model = k.d_model;
-    c.n_heads = k.n_heads;
-    c.n_kv_heads = std::string(k.variant) == "rms_rope_swiglu_gqa" ? k.n_heads / 2 : k.n_heads;
-    c.d_ff = 2 * k.d_model;
-    c.validate();
-    const int64_t B = 2, T = k.T;
-    Model m(c);
-    randomize(m.params(), 21);
-    const Batch b = random_batch(B, T, c.vocab_size, 4);
-    Arena g1, g2;
-    g1.mirror(m.params());
-    g2.mirror(m.params());
-    TrainGraph<float> tiled(c, B, T, AttentionKernel::Tiled), ref(c, B, T, AttentionKernel::Reference);
-    const bool training = dropout > 0;
-    const double l1 = tiled.forward(m.params(), b.inputs.data(), b.targets.data(), training, 77);
-    const double l2 = ref.forward(m.params(), b.inputs.data(), b.targets.data(), training, 77);
-    EXPECT_NEAR(l1, l2, 1e-5 * std::abs(l2)) << k.variant << " head width " << k.d_model / k.n_heads;
-    tiled.backward(m.params(), g1);
-    ref.backward(m.params(), g2);
-    // 1e-4 relative, plus float round-off: with these large random weights (std 0.3) both float
-    // paths are ~8e-6 (absolute, largest gradient ~1.2) from the double-precision graph, the
-    // tiled one no further than the reference, so the floor is 1e-5 of the largest gradient.
-    double scale = 0;
-    for (int64_t i = 0; i < g2.size(); ++i) scale = std::max(scale, static_cast<double>(std::abs(g2.data()[i])));
-    EXPECT_TRUE(test::all_close(g1.data(), g2.data(), g1.size(), 1e-4, 1e-5 * scale))
-        << k.variant << " head width " << k.d_model / k.n_heads;
-  }
+    for (const Case& k : {Case{"rms_rope_swiglu_gqa", 32, 4, 70}, Case{"pre", 128, 4, 64}, Case{"post", 128, 2, 80}}) {
+      SCOPED_TRACE(fmt::format("dropout {}", dropout));
+      ModelConfig c = tiny(k.variant);
+      c.dropout = dropout;
+      c.context_length = 80;
+      c.d_model = k.d_model;
+      c.n_heads = k.n_heads;
+      c.n_kv_heads = std::string(k.variant) == "rms_rope_swiglu_gqa" ? k.n_heads / 2 : k.n_heads;
+      c.d_ff = 2 * k.d_model;
+      c.validate();
+      const int64_t B = 2, T = k.T;
+      Model m(c);
+      randomize(m.params(), 21);
+      const Batch b = random_batch(B, T, c.vocab_size, 4);
+      Arena g1, g2;
+      g1.mirror(m.params());
+      g2.mirror(m.params());
+      TrainGraph<float> tiled(c, B, T, AttentionKernel::Tiled), ref(c, B, T, AttentionKernel::Reference);
+      const bool training = dropout > 0;
+      const double l1 = tiled.forward(m.params(), b.inputs.data(), b.targets.data(), training, 77);
+      const double l2 = ref.forward(m.params(), b.inputs.data(), b.targets.data(), training, 77);
+      EXPECT_NEAR(l1, l2, 1e-5 * std::abs(l2)) << k.variant << " head width " << k.d_model / k.n_heads;
+      tiled.backward(m.params(), g1);
+      ref.backward(m.params(), g2);
+      // 1e-4 relative, plus float round-off: with these large random weights (std 0.3) both float
+      // paths are ~8e-6 (absolute, largest gradient ~1.2) from the double-precision graph, the
+      // tiled one no further than the reference, so the floor is 1e-5 of the largest gradient.
+      double scale = 0;
+      for (int64_t i = 0; i < g2.size(); ++i) scale = std::max(scale, static_cast<double>(std::abs(g2.data()[i])));
+      EXPECT_TRUE(test::all_close(g1.data(), g2.data(), g1.size(), 1e-4, 1e-5 * scale))
+          << k.variant << " head width " << k.d_model / k.n_heads;
+    }
 }
 
 // backward accumulates, scaled: two calls with scale 1/2 equal one call with scale 1.

@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "model/model.h"
-#include "train/optimizer.h"
 #include "test_util.h"
+#include "train/optimizer.h"
 
 #include "alloc_counter.h"
 
@@ -69,7 +69,8 @@ Arena run_adamw_fixture(const Json& fx, AdamWConfig cfg, bool check) {
       const std::string name = t.at("name");
       SCOPED_TRACE("step " + std::to_string(step_no) + ", " + name);
       EXPECT_TRUE(all_close(values_of(params, name), st.at("params").at(name).get<std::vector<double>>(), 1e-6, 1e-7));
-      EXPECT_TRUE(all_close(values_of(opt.m(), name), st.at("exp_avg").at(name).get<std::vector<double>>(), 1e-6, 1e-7));
+      EXPECT_TRUE(
+          all_close(values_of(opt.m(), name), st.at("exp_avg").at(name).get<std::vector<double>>(), 1e-6, 1e-7));
       EXPECT_TRUE(
           all_close(values_of(opt.v(), name), st.at("exp_avg_sq").at(name).get<std::vector<double>>(), 1e-6, 1e-7));
     }
@@ -278,8 +279,8 @@ TEST(LearningRate, WarmupThenCosineToTheFloor) {
   const LrSchedule s{1e-3, 1e-4, 10, 110};
   EXPECT_DOUBLE_EQ(learning_rate(s, 0), 1e-3 / 11);
   EXPECT_DOUBLE_EQ(learning_rate(s, 4), 1e-3 * 5 / 11);
-  EXPECT_DOUBLE_EQ(learning_rate(s, 9), 1e-3 * 10 / 11);  // warmup - 1
-  EXPECT_DOUBLE_EQ(learning_rate(s, 10), 1e-3);           // warmup: the peak
+  EXPECT_DOUBLE_EQ(learning_rate(s, 9), 1e-3 * 10 / 11);      // warmup - 1
+  EXPECT_DOUBLE_EQ(learning_rate(s, 10), 1e-3);               // warmup: the peak
   EXPECT_DOUBLE_EQ(learning_rate(s, 60), (1e-3 + 1e-4) / 2);  // the middle of the decay
   // A quarter of the way: coefficient 0.5 (1 + cos(pi / 4)).
   EXPECT_DOUBLE_EQ(learning_rate(s, 35), 1e-4 + 0.5 * (1 + std::sqrt(0.5)) * 9e-4);

@@ -299,7 +299,8 @@ TEST(Trainer, SplitTooShortForTheContextIsAnError) {
     make_session(f, small_options(), 0.0);
     FAIL() << "no error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("validation split has 10 tokens"), std::string::npos) << "[" << e.what() << "]";
+    EXPECT_NE(std::string(e.what()).find("validation split has 10 tokens"), std::string::npos)
+        << "[" << e.what() << "]";
   }
 }
 

@@ -53,8 +53,7 @@ template <typename A, typename B>
 // (a row offset by 40, logits of 4) is not perturbed by a step that its own rounding (ulp(40) =
 // 7e-15) and the loss's round-off turn into a visible error. The quotient divides by the step
 // actually represented, (x_i + h_i) - (x_i - h_i), not by 2 h_i.
-inline std::vector<double> numeric_gradient(const std::function<double()>& f, std::vector<double>& x,
-                                            double h = 1e-6) {
+inline std::vector<double> numeric_gradient(const std::function<double()>& f, std::vector<double>& x, double h = 1e-6) {
   std::vector<double> g(x.size());
   for (size_t i = 0; i < x.size(); ++i) {
     const double saved = x[i];

@@ -32,7 +32,9 @@ inline void write_file(const std::filesystem::path& path, const std::string& con
 // (scripts/fetch-gpt2-vocab.sh; `make test` runs it). nullopt when neither has the files.
 inline std::optional<std::string> gpt2_dir() {
   namespace fs = std::filesystem;
-  const auto has = [](const fs::path& d) { return fs::is_regular_file(d / "encoder.json") && fs::is_regular_file(d / "vocab.bpe"); };
+  const auto has = [](const fs::path& d) {
+    return fs::is_regular_file(d / "encoder.json") && fs::is_regular_file(d / "vocab.bpe");
+  };
   if (const char* env = std::getenv("TFORMER_GPT2_DIR"); env && *env && has(env)) return std::string(env);
   const fs::path fixed = fs::path(TFORMER_SOURCE_DIR) / "build-data" / "gpt2";
   if (has(fixed)) return fixed.string();

@@ -52,8 +52,8 @@ void run_learn(const LearnArgs& a) {
   options.min_frequency = a.min_frequency;
   if (a.trace) {
     options.on_step = [](const BpeStep& s) {
-      fmt::print(stderr, "step {}: {} + {} -> {} (count {}, vocab {})\n", s.step, s.first, s.second, s.symbol,
-                 s.count, s.vocab_size);
+      fmt::print(stderr, "step {}: {} + {} -> {} (count {}, vocab {})\n", s.step, s.first, s.second, s.symbol, s.count,
+                 s.vocab_size);
     };
   }
   const std::vector<BpeWordCount> words = bpe_count_words_in_files(a.inputs);
@@ -164,7 +164,9 @@ void register_bpe(CLI::App& app) {
   auto learn_args = std::make_shared<LearnArgs>();
   auto* learn = bpe->add_subcommand("learn", "Learn BPE merges from text (subword-nmt learn_bpe.py)");
   learn->add_option("--input", learn_args->inputs, "Input text file (UTF-8); repeat for several")->required();
-  learn->add_option("--merges", learn_args->merges, "Number of merges to learn")->required()->check(CLI::NonNegativeNumber);
+  learn->add_option("--merges", learn_args->merges, "Number of merges to learn")
+      ->required()
+      ->check(CLI::NonNegativeNumber);
   learn->add_option("--min-frequency", learn_args->min_frequency, "Stop when no pair occurs this often (default 2)")
       ->check(CLI::PositiveNumber);
   learn->add_flag("--trace", learn_args->trace, "Print each merge step to stderr");

@@ -8,9 +8,9 @@ namespace tformer::cli {
 
 void register_all(CLI::App& app);
 
-void register_info(CLI::App& app);      // info.cpp
-void register_bpe(CLI::App& app);       // bpe.cpp: bpe learn, bpe apply (Sennrich BPE)
-void register_tokenize(CLI::App& app);  // tokenize.cpp: tokenize, detokenize, tokenizer train
+void register_info(CLI::App& app);            // info.cpp
+void register_bpe(CLI::App& app);             // bpe.cpp: bpe learn, bpe apply (Sennrich BPE)
+void register_tokenize(CLI::App& app);        // tokenize.cpp: tokenize, detokenize, tokenizer train
 void register_model_commands(CLI::App& app);  // model_commands.cpp: init, eval
 void register_generate(CLI::App& app);        // generate.cpp: generate, logits
 void register_plot(CLI::App& app);            // plot.cpp: plot (loss curves as a PNG)

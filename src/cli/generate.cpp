@@ -52,8 +52,10 @@ void run_generate(const GenerateArgs& a) {
     prompts.push_back(tok.encode(t, a.allow_special));
     if (prompts.back().empty()) {
       // An empty prompt starts from end-of-text when the vocabulary has one.
-      if (auto eot = tok.eot_id()) prompts.back().push_back(*eot);
-      else fail("prompt {} is empty and the tokenizer has no end-of-text token to start from", prompts.size() - 1);
+      if (auto eot = tok.eot_id())
+        prompts.back().push_back(*eot);
+      else
+        fail("prompt {} is empty and the tokenizer has no end-of-text token to start from", prompts.size() - 1);
     }
   }
   GenerateOptions opt;
@@ -124,7 +126,8 @@ std::vector<TokenId> parse_ids(const std::string& s) {
     } catch (const std::exception&) {
       used = 0;
     }
-    if (used != word.size() || v < 0 || v > INT32_MAX) fail("--tokens: '{}' (token {}) is not a token id", word, ids.size());
+    if (used != word.size() || v < 0 || v > INT32_MAX)
+      fail("--tokens: '{}' (token {}) is not a token id", word, ids.size());
     ids.push_back(static_cast<TokenId>(v));
   }
   return ids;
@@ -167,7 +170,8 @@ void register_generate(CLI::App& app) {
   gc->add_option("--top-k", g->top_k, "Keep the k most probable tokens (0 = off)")->capture_default_str();
   gc->add_option("--top-p", g->top_p, "Nucleus sampling mass (1 = off)")->capture_default_str();
   gc->add_option("--seed", g->seed, "Sampling seed")->capture_default_str();
-  gc->add_option("--prefill-chunk", g->prefill_chunk, "Prompt tokens per prefill step (0 = all)")->capture_default_str();
+  gc->add_option("--prefill-chunk", g->prefill_chunk, "Prompt tokens per prefill step (0 = all)")
+      ->capture_default_str();
   gc->add_option("--threads", g->threads, "Threads (0 = all cores)")->capture_default_str();
   gc->add_flag("--allow-special", g->allow_special, "Recognise special tokens in the prompt");
   gc->add_flag("--verbose", g->verbose, "Print timings and the KV cache size to stderr");

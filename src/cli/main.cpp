@@ -1,6 +1,6 @@
 // The tformer command line: one subcommand per file in src/cli/, each registered here.
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include <cstdio>
 #include <exception>

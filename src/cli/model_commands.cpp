@@ -100,7 +100,9 @@ void register_model_commands(CLI::App& app) {
   ic->add_option("--config", init->config, "Model config JSON (keys: docs/checkpoint-format.md)")->required();
   ic->add_option("--out", init->out, "Output model file (.safetensors)")->required();
   ic->add_option("--seed", init->seed, "Initialisation seed")->capture_default_str();
-  ic->add_option("--tokenizer", init->tokenizer, "char | gpt2 | bpe:CODES | byte-bpe:VOCAB | tokenizer JSON | model .safetensors")->capture_default_str();
+  ic->add_option("--tokenizer", init->tokenizer,
+                 "char | gpt2 | bpe:CODES | byte-bpe:VOCAB | tokenizer JSON | model .safetensors")
+      ->capture_default_str();
   ic->add_option("--gpt2-dir", init->gpt2_dir, "Folder with GPT-2's encoder.json and vocab.bpe");
   ic->callback([init] { run_init(*init); });
 

@@ -19,16 +19,16 @@
 #include <fmt/format.h>
 
 #include <charconv>
-#include <filesystem>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
 #include <string>
 
 #include "cli/commands.h"
-#include "model/checkpoint.h"
 #include "core/error.h"
+#include "model/checkpoint.h"
 #include "tokenizer/byte_bpe.h"
 #include "tokenizer/byte_bpe_train.h"
 #include "tokenizer/tokenizer.h"
@@ -88,7 +88,9 @@ void register_tokenize(CLI::App& app) {
   auto opt = std::make_shared<Options>();
 
   auto* tok = app.add_subcommand("tokenize", "Print the token ids of a text, on one line");
-  tok->add_option("--tokenizer", opt->tokenizer, "gpt2, char, bpe:CODES, byte-bpe:VOCAB, a saved tokenizer JSON file, or a model .safetensors")->required();
+  tok->add_option("--tokenizer", opt->tokenizer,
+                  "gpt2, char, bpe:CODES, byte-bpe:VOCAB, a saved tokenizer JSON file, or a model .safetensors")
+      ->required();
   auto* text_opt = tok->add_option("--text", opt->text, "The text to encode");
   auto* input_opt = tok->add_option("--input", opt->input, "A file to encode as raw bytes ('-': standard input)");
   text_opt->excludes(input_opt);
@@ -110,7 +112,10 @@ void register_tokenize(CLI::App& app) {
   });
 
   auto* detok = app.add_subcommand("detokenize", "Write the text of token ids, as raw bytes");
-  detok->add_option("--tokenizer", opt->tokenizer, "gpt2, char, bpe:CODES, byte-bpe:VOCAB, a saved tokenizer JSON file, or a model .safetensors")->required();
+  detok
+      ->add_option("--tokenizer", opt->tokenizer,
+                   "gpt2, char, bpe:CODES, byte-bpe:VOCAB, a saved tokenizer JSON file, or a model .safetensors")
+      ->required();
   auto* ids_opt = detok->add_option("--ids", opt->ids, "Token ids separated by spaces");
   auto* ids_input = detok->add_option("--input", opt->input, "A file of token ids ('-': standard input)");
   ids_opt->excludes(ids_input);
@@ -151,7 +156,8 @@ void register_tokenize(CLI::App& app) {
                tok.merges().size(), tok.vocab_size(), tok.vocab_size() - 1, topt->output,
                topt->gpt2_output.empty() ? "" : " and " + topt->gpt2_output);
     if (static_cast<int64_t>(tok.vocab_size()) < topt->train.vocab_size)
-      fmt::print(stderr, "tokenizer train: stopped early: no pair occurs at least {} times\n", topt->train.min_frequency);
+      fmt::print(stderr, "tokenizer train: stopped early: no pair occurs at least {} times\n",
+                 topt->train.min_frequency);
   });
 }
 

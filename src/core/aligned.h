@@ -15,12 +15,12 @@ struct AlignedAllocator {
   AlignedAllocator() = default;
   template <typename U>
   AlignedAllocator(const AlignedAllocator<U>&) {}
-  T* allocate(std::size_t n) {
-    return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t(kAlignment)));
-  }
+  T* allocate(std::size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t(kAlignment))); }
   void deallocate(T* p, std::size_t) { ::operator delete(p, std::align_val_t(kAlignment)); }
   template <typename U>
-  bool operator==(const AlignedAllocator<U>&) const { return true; }
+  bool operator==(const AlignedAllocator<U>&) const {
+    return true;
+  }
 };
 
 }  // namespace tformer

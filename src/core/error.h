@@ -28,9 +28,9 @@ namespace detail {
 }  // namespace tformer
 
 // TF_CHECK(cond, "format {}", args...): throws tformer::Error naming file, line and the condition.
-#define TF_CHECK(cond, ...)                                                                        \
-  do {                                                                                             \
-    if (!(cond)) [[unlikely]] {                                                                    \
-      ::tformer::detail::check_failed(__FILE__, __LINE__, #cond, ::fmt::format(__VA_ARGS__));     \
-    }                                                                                              \
+#define TF_CHECK(cond, ...)                                                                   \
+  do {                                                                                        \
+    if (!(cond)) [[unlikely]] {                                                               \
+      ::tformer::detail::check_failed(__FILE__, __LINE__, #cond, ::fmt::format(__VA_ARGS__)); \
+    }                                                                                         \
   } while (0)

@@ -22,9 +22,7 @@ template <typename T>
 class ScratchBuffer {
  public:
   // Slot `slot` of this thread holding at least n elements, each set to `fill`.
-  ScratchBuffer(size_t slot, size_t n, T fill = T(0)) : data_(acquire(slot, n)), n_(n) {
-    std::fill_n(data_, n, fill);
-  }
+  ScratchBuffer(size_t slot, size_t n, T fill = T(0)) : data_(acquire(slot, n)), n_(n) { std::fill_n(data_, n, fill); }
   // The same slot left as the last user left it (or zero when new): for a buffer that the caller
   // overwrites before reading, such as sgemm's packed panels, where filling would cost a pass.
   struct Unfilled {};

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <bit>
-#include <cstdint>
 #include <cmath>
+#include <cstdint>
 
 #include "core/error.h"
 #include "kernels/fast_math.h"
@@ -46,7 +46,8 @@ bool Sampler::candidates(const float* logits, int64_t vocab, bool materialize) {
   for (; i8 + 8 <= vocab; i8 += 8)
     for (int j = 0; j < 8; ++j) lane[j] += p[i8 + j];
   for (; i8 < vocab; ++i8) lane[0] += p[i8];
-  const double inv_sum = 1.0 / (((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7])));
+  const double inv_sum =
+      1.0 / (((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7])));
   for (int64_t i = 0; i < vocab; ++i) p[i] *= inv_sum;
 
   candidates_.clear();
@@ -114,7 +115,7 @@ void Sampler::nucleus_by_histogram(int64_t vocab) {
   keys_.resize(vocab);
   for (int64_t i = 0; i < vocab; ++i) {
     const uint32_t bits = std::bit_cast<uint32_t>(static_cast<float>(p[i]));  // p >= 0: sign bit 0
-    const uint16_t key = static_cast<uint16_t>(bits >> 19);                     // 31 - 12 = 19
+    const uint16_t key = static_cast<uint16_t>(bits >> 19);                   // 31 - 12 = 19
     keys_[i] = key;
     bucket_mass_[key] += p[i];
   }

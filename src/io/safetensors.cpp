@@ -74,8 +74,8 @@ void pread_all(int fd, const std::string& path, void* dst, uint64_t n, uint64_t 
       if (errno == EINTR) continue;
       fail("{}: read of {} bytes at file offset {} failed: {}", path, n, offset, errno_text());
     }
-    if (got == 0) fail("{}: unexpected end of file at offset {} ({} more bytes expected; did the file shrink?)", path,
-                       offset, n);
+    if (got == 0)
+      fail("{}: unexpected end of file at offset {} ({} more bytes expected; did the file shrink?)", path, offset, n);
     out += got;
     offset += static_cast<uint64_t>(got);
     n -= static_cast<uint64_t>(got);
@@ -169,8 +169,8 @@ const Json& field(const Json& entry, const char* key, const std::string& path, c
   return *it;
 }
 
-SafetensorsTensor parse_entry(const std::string& name, const Json& entry, const std::string& path,
-                              uint64_t buffer_size, uint64_t data_start) {
+SafetensorsTensor parse_entry(const std::string& name, const Json& entry, const std::string& path, uint64_t buffer_size,
+                              uint64_t data_start) {
   if (!entry.is_object())
     fail("{}: tensor '{}': the header entry must be an object with \"dtype\", \"shape\" and \"data_offsets\", found {}",
          path, name, entry.type_name());
@@ -208,9 +208,10 @@ SafetensorsTensor parse_entry(const std::string& name, const Json& entry, const 
     fail("{}: tensor '{}': shape {} of {} needs {} bytes, but data_offsets [{}, {}] span {}", path, name,
          shape_str(t.shape), t.dtype, nbytes, t.begin, t.end, t.end - t.begin);
   if (t.end > buffer_size)
-    fail("{}: tensor '{}': data_offsets [{}, {}] run past the end of the data buffer, which holds {} bytes (file "
-         "offsets {} to {})",
-         path, name, t.begin, t.end, buffer_size, data_start, data_start + buffer_size);
+    fail(
+        "{}: tensor '{}': data_offsets [{}, {}] run past the end of the data buffer, which holds {} bytes (file "
+        "offsets {} to {})",
+        path, name, t.begin, t.end, buffer_size, data_start, data_start + buffer_size);
   return t;
 }
 
@@ -221,9 +222,10 @@ void check_tiling(const std::vector<SafetensorsTensor>& sorted, const std::strin
   const SafetensorsTensor* prev = nullptr;
   for (const SafetensorsTensor& t : sorted) {
     if (t.begin > covered)
-      fail("{}: bytes [{}, {}) of the data buffer (file offsets {} to {}) belong to no tensor: a hole before "
-           "tensor '{}' (the data buffer must be covered without gaps)",
-           path, covered, t.begin, data_start + covered, data_start + t.begin, t.name);
+      fail(
+          "{}: bytes [{}, {}) of the data buffer (file offsets {} to {}) belong to no tensor: a hole before "
+          "tensor '{}' (the data buffer must be covered without gaps)",
+          path, covered, t.begin, data_start + covered, data_start + t.begin, t.name);
     if (t.begin < covered)
       fail("{}: tensor '{}' (data_offsets [{}, {}]) overlaps tensor '{}' (data_offsets [{}, {}])", path, t.name,
            t.begin, t.end, prev->name, prev->begin, prev->end);
@@ -231,9 +233,10 @@ void check_tiling(const std::vector<SafetensorsTensor>& sorted, const std::strin
     prev = &t;
   }
   if (covered != buffer_size)
-    fail("{}: the data buffer holds {} bytes but the tensors cover only the first {}: {} trailing bytes from file "
-         "offset {}",
-         path, buffer_size, covered, buffer_size - covered, data_start + covered);
+    fail(
+        "{}: the data buffer holds {} bytes but the tensors cover only the first {}: {} trailing bytes from file "
+        "offset {}",
+        path, buffer_size, covered, buffer_size - covered, data_start + covered);
 }
 
 }  // namespace
@@ -280,8 +283,7 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
   pread_all(f.fd_, path, len_bytes, 8, 0);
   const uint64_t header_len = load_le64(len_bytes);
   if (header_len > kSafetensorsMaxHeader)
-    fail("{}: header length {} (file offset 0) exceeds the limit of {} bytes", path, header_len,
-         kSafetensorsMaxHeader);
+    fail("{}: header length {} (file offset 0) exceeds the limit of {} bytes", path, header_len, kSafetensorsMaxHeader);
   if (header_len > f.file_size_ - 8)
     fail("{}: header length {} (file offset 0) runs past the end of the file: only {} bytes follow the length", path,
          header_len, f.file_size_ - 8);
@@ -313,8 +315,8 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
         fail("{}: \"__metadata__\" must be an object of strings, found {}", path, value.type_name());
       for (const auto& [mkey, mvalue] : value.items()) {
         if (!mvalue.is_string())
-          fail("{}: \"__metadata__\" value for key '{}' must be a string, found {} {}", path, mkey,
-               mvalue.type_name(), mvalue.dump());
+          fail("{}: \"__metadata__\" value for key '{}' must be a string, found {} {}", path, mkey, mvalue.type_name(),
+               mvalue.dump());
         f.metadata_[mkey] = mvalue.get<std::string>();
       }
       continue;

@@ -68,8 +68,7 @@ inline float gelu_value_f(float x, GeluKind kind) {
   return x * tanh_gelu_parts(x).s;
 }
 inline float gelu_derivative_f(float x, GeluKind kind) {
-  if (kind == GeluKind::Exact)
-    return fast::normal_cdf_f(x) + x * 0.39894228040143267794f * fast::exp_f(-0.5f * x * x);
+  if (kind == GeluKind::Exact) return fast::normal_cdf_f(x) + x * 0.39894228040143267794f * fast::exp_f(-0.5f * x * x);
   const TanhGeluParts p = tanh_gelu_parts(x);
   return p.s + 2.0f * x * p.s * p.one_minus_s * p.du;
 }
@@ -92,8 +91,10 @@ void gelu_forward(T* y, const T* x, int64_t n, GeluKind kind) {
 #pragma omp parallel for schedule(static) if (n > kParallelElements)
     for (int64_t c = 0; c < chunks; ++c) {
       const int64_t b = c * kChunk, m = std::min(kChunk, n - b);
-      if (kind == GeluKind::Exact) gelu_forward_chunk<GeluKind::Exact>(y + b, x + b, m);
-      else gelu_forward_chunk<GeluKind::Tanh>(y + b, x + b, m);
+      if (kind == GeluKind::Exact)
+        gelu_forward_chunk<GeluKind::Exact>(y + b, x + b, m);
+      else
+        gelu_forward_chunk<GeluKind::Tanh>(y + b, x + b, m);
     }
     return;
   }
@@ -111,8 +112,10 @@ void gelu_backward(T* dx, const T* dy, const T* x, int64_t n, GeluKind kind) {
 #pragma omp parallel for schedule(static) if (n > kParallelElements)
     for (int64_t c = 0; c < chunks; ++c) {
       const int64_t b = c * kChunk, m = std::min(kChunk, n - b);
-      if (kind == GeluKind::Exact) gelu_backward_chunk<GeluKind::Exact>(dx + b, dy + b, x + b, m);
-      else gelu_backward_chunk<GeluKind::Tanh>(dx + b, dy + b, x + b, m);
+      if (kind == GeluKind::Exact)
+        gelu_backward_chunk<GeluKind::Exact>(dx + b, dy + b, x + b, m);
+      else
+        gelu_backward_chunk<GeluKind::Tanh>(dx + b, dy + b, x + b, m);
     }
     return;
   }
@@ -139,7 +142,8 @@ void swiglu_backward(T* da, T* db, const T* dy, const T* a, const T* b, int64_t 
   for (int64_t i = 0; i < n; ++i) {
     const double av = static_cast<double>(a[i]), g = static_cast<double>(dy[i]);
     const double s = sigmoid(av);
-    if (da) da[i] = static_cast<T>(static_cast<double>(da[i]) + g * static_cast<double>(b[i]) * (s + av * s * (1.0 - s)));
+    if (da)
+      da[i] = static_cast<T>(static_cast<double>(da[i]) + g * static_cast<double>(b[i]) * (s + av * s * (1.0 - s)));
     if (db) db[i] = static_cast<T>(static_cast<double>(db[i]) + g * av * s);
   }
 }

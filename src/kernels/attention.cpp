@@ -56,8 +56,8 @@ bool enough_work(const AttentionShape& s) {
 }  // namespace
 
 template <typename T>
-void attention_forward(HeadsView<T> out, T* probs, HeadsView<const T> q, HeadsView<const T> k,
-                       HeadsView<const T> v, const AttentionShape& s, const AttentionMask& m) {
+void attention_forward(HeadsView<T> out, T* probs, HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v,
+                       const AttentionShape& s, const AttentionMask& m) {
   validate(s, m);
   const int64_t hd = s.head_dim, group = s.n_heads / s.n_kv_heads;
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
@@ -67,7 +67,7 @@ void attention_forward(HeadsView<T> out, T* probs, HeadsView<const T> q, HeadsVi
 #pragma omp parallel for collapse(2) schedule(static) if (parallel)
   for (int64_t b = 0; b < s.batch; ++b) {
     for (int64_t h = 0; h < s.n_heads; ++h) {
-      const int64_t g = h / group;  // the kv head this query head reads
+      const int64_t g = h / group;                              // the kv head this query head reads
       ScratchBuffer<double> p(0, static_cast<size_t>(s.n_kv));  // per-thread, reused across calls
       ScratchBuffer<double> acc(1, static_cast<size_t>(hd));
       for (int64_t i = 0; i < s.n_q; ++i) {
@@ -125,9 +125,9 @@ void attention_forward(HeadsView<T> out, T* probs, HeadsView<const T> q, HeadsVi
 // The sums over i and over the query heads of one group are accumulated in double, per kv head,
 // then added once to dk and dv.
 template <typename T>
-void attention_backward(HeadsView<T> dq, HeadsView<T> dk, HeadsView<T> dv, HeadsView<const T> dout,
-                        const T* probs, HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v,
-                        const AttentionShape& s, const AttentionMask& m) {
+void attention_backward(HeadsView<T> dq, HeadsView<T> dk, HeadsView<T> dv, HeadsView<const T> dout, const T* probs,
+                        HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v, const AttentionShape& s,
+                        const AttentionMask& m) {
   validate(s, m);
   TF_CHECK(probs != nullptr, "attention_backward: the saved probabilities are required");
   const int64_t hd = s.head_dim, group = s.n_heads / s.n_kv_heads;
@@ -184,13 +184,11 @@ void attention_backward(HeadsView<T> dq, HeadsView<T> dk, HeadsView<T> dv, Heads
 
 template void attention_forward<float>(HeadsView<float>, float*, HeadsView<const float>, HeadsView<const float>,
                                        HeadsView<const float>, const AttentionShape&, const AttentionMask&);
-template void attention_forward<double>(HeadsView<double>, double*, HeadsView<const double>,
-                                        HeadsView<const double>, HeadsView<const double>, const AttentionShape&,
-                                        const AttentionMask&);
-template void attention_backward<float>(HeadsView<float>, HeadsView<float>, HeadsView<float>,
-                                        HeadsView<const float>, const float*, HeadsView<const float>,
-                                        HeadsView<const float>, HeadsView<const float>, const AttentionShape&,
-                                        const AttentionMask&);
+template void attention_forward<double>(HeadsView<double>, double*, HeadsView<const double>, HeadsView<const double>,
+                                        HeadsView<const double>, const AttentionShape&, const AttentionMask&);
+template void attention_backward<float>(HeadsView<float>, HeadsView<float>, HeadsView<float>, HeadsView<const float>,
+                                        const float*, HeadsView<const float>, HeadsView<const float>,
+                                        HeadsView<const float>, const AttentionShape&, const AttentionMask&);
 template void attention_backward<double>(HeadsView<double>, HeadsView<double>, HeadsView<double>,
                                          HeadsView<const double>, const double*, HeadsView<const double>,
                                          HeadsView<const double>, HeadsView<const double>, const AttentionShape&,

@@ -25,11 +25,7 @@ struct HeadsView {
   T* data = nullptr;
   int64_t stride_b = 0, stride_t = 0, stride_h = 0;
   T* at(int64_t b, int64_t t, int64_t h) const { return data + b * stride_b + t * stride_t + h * stride_h; }
-  operator HeadsView<const T>() const
-    requires(!std::is_const_v<T>)
-  {
-    return {data, stride_b, stride_t, stride_h};
-  }
+  operator HeadsView<const T>() const requires(!std::is_const_v<T>) { return {data, stride_b, stride_t, stride_h}; }
 };
 
 // Contiguous [B, T, H, hd] layout.
@@ -60,10 +56,10 @@ struct AttentionShape {
 // Null pointers mean: offset 0, every slot filled, every key valid.
 struct AttentionMask {
   bool causal = true;
-  const int64_t* q_offset = nullptr;  // [batch]
-  const int64_t* kv_len = nullptr;    // [batch]
-  const uint8_t* key_valid = nullptr; // [batch, n_kv], 1 = a real token, 0 = padding
-  int64_t n_kv = 0;                   // row stride of key_valid (set to AttentionShape::n_kv)
+  const int64_t* q_offset = nullptr;   // [batch]
+  const int64_t* kv_len = nullptr;     // [batch]
+  const uint8_t* key_valid = nullptr;  // [batch, n_kv], 1 = a real token, 0 = padding
+  int64_t n_kv = 0;                    // row stride of key_valid (set to AttentionShape::n_kv)
 
   bool allowed(int64_t b, int64_t i, int64_t j) const {
     if (causal && j > (q_offset ? q_offset[b] : 0) + i) return false;
@@ -79,14 +75,14 @@ void validate(const AttentionShape& s, const AttentionMask& m);
 // out: [B, n_q, n_heads, hd] view; probs: saved P, contiguous [B, n_heads, n_q, n_kv] (written;
 // masked entries are exactly 0). probs may be null when no backward follows (inference).
 template <typename T>
-void attention_forward(HeadsView<T> out, T* probs, HeadsView<const T> q, HeadsView<const T> k,
-                       HeadsView<const T> v, const AttentionShape& s, const AttentionMask& m);
+void attention_forward(HeadsView<T> out, T* probs, HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v,
+                       const AttentionShape& s, const AttentionMask& m);
 
 // Accumulates dq, dk, dv (+=) from dout and the saved probs (required). dk and dv have the kv
 // heads' shape [B, n_kv, n_kv_heads, hd]: a kv head's gradient sums over its group of query heads.
 template <typename T>
-void attention_backward(HeadsView<T> dq, HeadsView<T> dk, HeadsView<T> dv, HeadsView<const T> dout,
-                        const T* probs, HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v,
-                        const AttentionShape& s, const AttentionMask& m);
+void attention_backward(HeadsView<T> dq, HeadsView<T> dk, HeadsView<T> dv, HeadsView<const T> dout, const T* probs,
+                        HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v, const AttentionShape& s,
+                        const AttentionMask& m);
 
 }  // namespace tformer

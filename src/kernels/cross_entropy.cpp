@@ -112,7 +112,7 @@ template CrossEntropyResult cross_entropy_forward<double>(double*, const double*
                                                           TokenId);
 template void cross_entropy_backward<float>(float*, const float*, const TokenId*, int64_t, int64_t, int64_t, float,
                                             TokenId);
-template void cross_entropy_backward<double>(double*, const double*, const TokenId*, int64_t, int64_t, int64_t,
-                                             double, TokenId);
+template void cross_entropy_backward<double>(double*, const double*, const TokenId*, int64_t, int64_t, int64_t, double,
+                                             TokenId);
 
 }  // namespace tformer

@@ -28,8 +28,8 @@
 // needs padding or masking (full block, head width a multiple of kC, every key readable), else
 // packed; the next block's rows are prefetched into L2 meanwhile (their rows are a stride apart:
 // ~6% on the N = 16k backward, neutral below). Tiles are zero-padded to multiples of kR rows and
-// kC columns (queries to kC where they are a vector dimension); padded keys are masked. The backward computes lse-with-+inf and
-// D_i = dO_i . O_i once per query row (2 B n_heads n_q values) instead of once per tile pair.
+// kC columns (queries to kC where they are a vector dimension); padded keys are masked. The backward computes
+// lse-with-+inf and D_i = dO_i . O_i once per query row (2 B n_heads n_q values) instead of once per tile pair.
 //
 // Vectorisation. GCC 12 did not vectorise the plain-C++ versions of the micro-kernel and of the
 // softmax loops well (it spilled the accumulators and left exp scalar: 11 GFLOP/s for the N = 1k
@@ -64,9 +64,9 @@
 // (max, sum, unnormalised accumulator) for every query head of the group, reading each key and
 // value once for the whole group; the states are then merged per (batch, head) in chunk order.
 #include "kernels/flash_attention.h"
-#include "kernels/fast_math.h"
 #include "core/rng.h"
 #include "core/scratch.h"
+#include "kernels/fast_math.h"
 
 #include <omp.h>
 
@@ -213,8 +213,8 @@ inline __mmask16 range_mask(int64_t j0, int64_t first, int64_t lim) {
 }
 
 template <>
-inline void softmax_cols<float>(float* st, int64_t ld, const float* ok, int64_t nk, int64_t nq, int64_t first,
-                                float* m, float* l, float* alpha) {
+inline void softmax_cols<float>(float* st, int64_t ld, const float* ok, int64_t nk, int64_t nq, int64_t first, float* m,
+                                float* l, float* alpha) {
   const __m512 ninf = _mm512_set1_ps(-kInf<float>);
   const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   bool all_ok = first + nk - 1 <= 0;  // every (query >= 0, key) pair passes the causal test
@@ -238,7 +238,8 @@ inline void softmax_cols<float>(float* st, int64_t ld, const float* ok, int64_t 
     const __m512 mo = _mm512_loadu_ps(m + i);
     // NaN in this tile's scores or in the running max makes the row NaN (as torch's softmax).
     nan |= _mm512_cmp_ps_mask(mo, mo, _CMP_UNORD_Q);
-    const __m512 mn = _mm512_mask_mov_ps(_mm512_max_ps(mo, mx), nan, _mm512_set1_ps(std::numeric_limits<float>::quiet_NaN()));
+    const __m512 mn =
+        _mm512_mask_mov_ps(_mm512_max_ps(mo, mx), nan, _mm512_set1_ps(std::numeric_limits<float>::quiet_NaN()));
     const __mmask16 none = _mm512_cmp_ps_mask(mn, ninf, _CMP_EQ_OQ);
     const __m512 al = _mm512_mask_mov_ps(exp16(_mm512_sub_ps(mo, mn)), none, _mm512_set1_ps(1.0f));
     __m512 sum = _mm512_setzero_ps();
@@ -259,8 +260,8 @@ inline void ds_line<float>(const float* st, const float* dp, const float* ok, in
                            const float* lse, int64_t lse_step, const float* D, int64_t d_step, float* ds_out,
                            float* p_out) {
   for (int64_t i = 0; i < n; i += 16) {
-    const __mmask16 in = range_mask(i, first, lim) &
-                         _mm512_cmp_ps_mask(_mm512_loadu_ps(ok + i), _mm512_setzero_ps(), _CMP_EQ_OQ);
+    const __mmask16 in =
+        range_mask(i, first, lim) & _mm512_cmp_ps_mask(_mm512_loadu_ps(ok + i), _mm512_setzero_ps(), _CMP_EQ_OQ);
     const __m512 l = lse_step ? _mm512_loadu_ps(lse + i) : _mm512_set1_ps(lse[0]);
     const __m512 d = d_step ? _mm512_loadu_ps(D + i) : _mm512_set1_ps(D[0]);
     const __m512 p = _mm512_maskz_mov_ps(in, exp16(_mm512_sub_ps(_mm512_loadu_ps(st + i), l)));
@@ -399,8 +400,8 @@ const T* rows_operand(T* buf, int64_t& ld, HeadsView<const T> x, int64_t b, int6
 // pack_cols for float, n_p a multiple of 16: 16 rows x 16 elements at a time, transposed in
 // registers (pairs of rows interleaved by 1, then by 2 elements, then 128-bit lanes regrouped
 // twice), so the stores are whole 16-wide columns instead of single elements.
-inline void pack_cols_f32(float* dst, int64_t ld, HeadsView<const float> x, int64_t b, int64_t h, int64_t t0,
-                          int64_t n, int64_t n_p, int64_t hd, float mul, const float* bias) {
+inline void pack_cols_f32(float* dst, int64_t ld, HeadsView<const float> x, int64_t b, int64_t h, int64_t t0, int64_t n,
+                          int64_t n_p, int64_t hd, float mul, const float* bias) {
   const __m512 m = _mm512_set1_ps(mul);
   for (int64_t r0 = 0; r0 < n_p; r0 += 16) {
     const float* src[16];
@@ -491,9 +492,8 @@ struct KvBlock {
   int64_t n_ok;
 };
 template <typename T>
-KvBlock<T> fetch_kv_block(T* Ks, T* Vs, T* bias, HeadsView<const T> k, HeadsView<const T> v, const Seq& sq,
-                          int64_t b, int64_t g, int64_t j0, int64_t jn, int64_t kend, int64_t cols_p, int64_t hd,
-                          int64_t hdp) {
+KvBlock<T> fetch_kv_block(T* Ks, T* Vs, T* bias, HeadsView<const T> k, HeadsView<const T> v, const Seq& sq, int64_t b,
+                          int64_t g, int64_t j0, int64_t jn, int64_t kend, int64_t cols_p, int64_t hd, int64_t hdp) {
   KvBlock<T> kv{nullptr, 0, nullptr, 0, key_bias(bias, sq, j0, jn, cols_p)};
   if (kv.n_ok == 0) return kv;
   kv.K = rows_operand<T>(Ks, kv.ldk, k, b, g, j0, jn, cols_p, hd, hdp, bias, kv.n_ok == jn);
@@ -510,8 +510,8 @@ KvBlock<T> fetch_kv_block(T* Ks, T* Vs, T* bias, HeadsView<const T> k, HeadsView
 // dropped (AttentionDropout's rule). The mask is regenerated from the key wherever it is needed;
 // `factors` (same layout), when given, receives each element's factor (scale or 0) for reuse.
 template <typename T>
-void dropout_tile(T* tile, int64_t ld_r, int64_t ld_j, const Ctx& c, int64_t b, int64_t h, int64_t i0,
-                  int64_t rows, int64_t j0, int64_t cols, T* factors = nullptr) {
+void dropout_tile(T* tile, int64_t ld_r, int64_t ld_j, const Ctx& c, int64_t b, int64_t h, int64_t i0, int64_t rows,
+                  int64_t j0, int64_t cols, T* factors = nullptr) {
   const T scale = static_cast<T>(c.drop.scale);
   for (int64_t r = 0; r < rows; ++r) {
     const auto base = static_cast<uint64_t>(((b * c.s.n_heads + h) * c.s.n_q + i0 + r) * c.s.n_kv + j0);
@@ -570,8 +570,8 @@ void forward_tiled(const Ctx& c, HeadsView<T> out, T* lse, HeadsView<const T> q,
       const int64_t kend = c.key_end(sq, i0 + rows);
       for (int64_t j0 = 0; j0 < kend; j0 += kBc) {
         const int64_t jn = std::min(kBc, kend - j0), cols_p = round_up(jn, kC);
-        const KvBlock<T> kv = fetch_kv_block<T>(Ks.data(), Vs.data(), bias.data(), k, v, sq, b, g, j0, jn, kend,
-                                                cols_p, hd, hdp);
+        const KvBlock<T> kv =
+            fetch_kv_block<T>(Ks.data(), Vs.data(), bias.data(), k, v, sq, b, g, j0, jn, kend, cols_p, hd, hdp);
         if (kv.n_ok == 0) continue;
         const T *Kp = kv.K, *Vp = kv.V;
         const int64_t ldk = kv.ldk, ldv = kv.ldv;
@@ -794,7 +794,7 @@ void backward_dkdv(const Ctx& c, HeadsView<T> dk, HeadsView<T> dv, HeadsView<con
             prefetch_rows<T>(dout, b, h, i0 + kBr, std::min(kBr, s.n_q - i0 - kBr), hd);
           }
 
-          tile_gemm<false, false>(S.data(), kBc, Qp, ldq, KT.data(), kBc, rows_p, cols_p, hd);   // S
+          tile_gemm<false, false>(S.data(), kBc, Qp, ldq, KT.data(), kBc, rows_p, cols_p, hd);    // S
           tile_gemm<false, false>(dP.data(), kBc, dOp, ldo, VT.data(), kBc, rows_p, cols_p, hd);  // dP
           // With dropout the tile above is dP' (the gradient of the dropped P'): dP = dP' * mask * scale.
           if (c.drop.active()) dropout_tile<T>(dP.data(), kBc, 1, c, b, h, i0, rows, j0, jn, F.data());
@@ -865,14 +865,14 @@ void backward_dq(const Ctx& c, HeadsView<T> dq, HeadsView<const T> dout, const T
       const int64_t kend = c.key_end(sq, i0 + rows);
       for (int64_t j0 = 0; j0 < kend; j0 += kBc) {
         const int64_t jn = std::min(kBc, kend - j0), cols_p = round_up(jn, kC);
-        const KvBlock<T> kv = fetch_kv_block<T>(Ks.data(), Vs.data(), bias.data(), k, v, sq, b, g, j0, jn, kend,
-                                                cols_p, hd, hdp);
+        const KvBlock<T> kv =
+            fetch_kv_block<T>(Ks.data(), Vs.data(), bias.data(), k, v, sq, b, g, j0, jn, kend, cols_p, hd, hdp);
         if (kv.n_ok == 0) continue;
         const T *Kp = kv.K, *Vp = kv.V;
         const int64_t ldk = kv.ldk, ldv = kv.ldv;
         tile_gemm<false, false>(ST.data(), kBr, Kp, ldk, QT.data(), kBr, cols_p, rows_p, hd);    // S^T
         tile_gemm<false, false>(dPT.data(), kBr, Vp, ldv, dOT.data(), kBr, cols_p, rows_p, hd);  // dP^T
-        if (c.drop.active()) dropout_tile<T>(dPT.data(), 1, kBr, c, b, h, i0, rows, j0, jn);  // dP' -> dP
+        if (c.drop.active()) dropout_tile<T>(dPT.data(), 1, kBr, c, b, h, i0, rows, j0, jn);     // dP' -> dP
         for (int64_t j = 0; j < cols_p; ++j) {
           T* dpt = dPT.data() + j * kBr;
           if (bias[j] != T(0)) {  // padding: dS is 0
@@ -905,9 +905,8 @@ Ctx make_ctx(const AttentionShape& s, const AttentionMask& m, const AttentionDro
 }  // namespace
 
 template <typename T>
-void flash_attention_forward(HeadsView<T> out, T* lse, HeadsView<const T> q, HeadsView<const T> k,
-                             HeadsView<const T> v, const AttentionShape& s, const AttentionMask& m,
-                             const AttentionDropout& drop) {
+void flash_attention_forward(HeadsView<T> out, T* lse, HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v,
+                             const AttentionShape& s, const AttentionMask& m, const AttentionDropout& drop) {
   const Ctx c = make_ctx(s, m, drop);
   if (s.n_q == 1 && !drop.active())
     forward_decode<T>(c, out, lse, q, k, v);
@@ -949,20 +948,20 @@ int64_t flash_attention_workspace_bytes(const AttentionShape& s, int64_t elem_si
   return (t * std::max(pass1, pass2) + stats) * elem_size;
 }
 
-template void flash_attention_forward<float>(HeadsView<float>, float*, HeadsView<const float>,
-                                             HeadsView<const float>, HeadsView<const float>, const AttentionShape&,
-                                             const AttentionMask&, const AttentionDropout&);
+template void flash_attention_forward<float>(HeadsView<float>, float*, HeadsView<const float>, HeadsView<const float>,
+                                             HeadsView<const float>, const AttentionShape&, const AttentionMask&,
+                                             const AttentionDropout&);
 template void flash_attention_forward<double>(HeadsView<double>, double*, HeadsView<const double>,
-                                              HeadsView<const double>, HeadsView<const double>,
-                                              const AttentionShape&, const AttentionMask&, const AttentionDropout&);
+                                              HeadsView<const double>, HeadsView<const double>, const AttentionShape&,
+                                              const AttentionMask&, const AttentionDropout&);
 template void flash_attention_backward<float>(HeadsView<float>, HeadsView<float>, HeadsView<float>,
                                               HeadsView<const float>, HeadsView<const float>, const float*,
-                                              HeadsView<const float>, HeadsView<const float>,
-                                              HeadsView<const float>, const AttentionShape&, const AttentionMask&, const AttentionDropout&);
+                                              HeadsView<const float>, HeadsView<const float>, HeadsView<const float>,
+                                              const AttentionShape&, const AttentionMask&, const AttentionDropout&);
 template void flash_attention_backward<double>(HeadsView<double>, HeadsView<double>, HeadsView<double>,
                                                HeadsView<const double>, HeadsView<const double>, const double*,
                                                HeadsView<const double>, HeadsView<const double>,
-                                               HeadsView<const double>, const AttentionShape&,
-                                               const AttentionMask&, const AttentionDropout&);
+                                               HeadsView<const double>, const AttentionShape&, const AttentionMask&,
+                                               const AttentionDropout&);
 
 }  // namespace tformer

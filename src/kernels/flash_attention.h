@@ -43,9 +43,8 @@ struct AttentionDropout {
 // out: [B, n_q, n_heads, hd] view (written). lse: contiguous [B, n_heads, n_q] (written; may be
 // null when no backward follows).
 template <typename T>
-void flash_attention_forward(HeadsView<T> out, T* lse, HeadsView<const T> q, HeadsView<const T> k,
-                             HeadsView<const T> v, const AttentionShape& s, const AttentionMask& m,
-                             const AttentionDropout& drop = {});
+void flash_attention_forward(HeadsView<T> out, T* lse, HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v,
+                             const AttentionShape& s, const AttentionMask& m, const AttentionDropout& drop = {});
 
 // Accumulates dq, dk, dv (+=) from dout, the forward's out and lse (both required), q, k, v; with
 // the forward's dropout (same key, threshold and scale).

@@ -38,15 +38,16 @@ SgemmChoice sgemm_choice() {
 // only on slivers: M < 8 or N < 32 fill too little of its 14 x 32 register tile (M = 4, N = 32,
 // K = 512: 0.77x OpenBLAS; N = 8: 0.52x), and K < 16 leaves it bound by writing C (2048 x 2048 x
 // 4: 0.48x). At M = 8, N = 32, K = 16 and above it measured 1.1x to 6x.
-bool own_sgemm_wins(int64_t M, int64_t N, int64_t K) {
-  return sgemm_avx512_compiled() && M >= 8 && N >= 32 && K >= 16;
-}
+bool own_sgemm_wins(int64_t M, int64_t N, int64_t K) { return sgemm_avx512_compiled() && M >= 8 && N >= 32 && K >= 16; }
 
 bool use_own_sgemm(int64_t M, int64_t N, int64_t K) {
   switch (sgemm_choice()) {
-    case SgemmChoice::OpenBlas: return false;
-    case SgemmChoice::Own: return true;
-    case SgemmChoice::Auto: break;
+    case SgemmChoice::OpenBlas:
+      return false;
+    case SgemmChoice::Own:
+      return true;
+    case SgemmChoice::Auto:
+      break;
   }
   return own_sgemm_wins(M, N, K);
 }
@@ -69,16 +70,15 @@ void gemm<float>(float* C, int64_t ldc, const float* A, int64_t lda, bool trans_
                  bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, float beta) {
   check_gemm_args(ldc, lda, trans_a, ldb, trans_b, M, N, K);
   if (M == 0 || N == 0) return;
-  if (use_own_sgemm(M, N, K))
-    return sgemm_avx512(C, ldc, A, lda, trans_a, B, ldb, trans_b, M, N, K, alpha, beta);
+  if (use_own_sgemm(M, N, K)) return sgemm_avx512(C, ldc, A, lda, trans_a, B, ldb, trans_b, M, N, K, alpha, beta);
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
               static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), alpha, A, static_cast<int>(lda), B,
               static_cast<int>(ldb), beta, C, static_cast<int>(ldc));
 }
 
 template <>
-void gemm<double>(double* C, int64_t ldc, const double* A, int64_t lda, bool trans_a, const double* B,
-                  int64_t ldb, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha, double beta) {
+void gemm<double>(double* C, int64_t ldc, const double* A, int64_t lda, bool trans_a, const double* B, int64_t ldb,
+                  bool trans_b, int64_t M, int64_t N, int64_t K, double alpha, double beta) {
   check_gemm_args(ldc, lda, trans_a, ldb, trans_b, M, N, K);
   if (M == 0 || N == 0) return;
   cblas_dgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
@@ -124,14 +124,14 @@ void gemm_naive(T* C, int64_t ldc, const T* A, int64_t lda, bool trans_a, const 
 template <typename T>
 void matmul(TensorView<T> C, TensorView<const T> A, TensorView<const T> B, bool trans_a, bool trans_b, T alpha,
             T beta) {
-  TF_CHECK(A.rank() == 2 && B.rank() == 2 && C.rank() == 2, "matmul: 2-D views expected, got {} {} {}",
-           A.shape().str(), B.shape().str(), C.shape().str());
+  TF_CHECK(A.rank() == 2 && B.rank() == 2 && C.rank() == 2, "matmul: 2-D views expected, got {} {} {}", A.shape().str(),
+           B.shape().str(), C.shape().str());
   const int64_t M = trans_a ? A.dim(1) : A.dim(0);
   const int64_t K = trans_a ? A.dim(0) : A.dim(1);
   const int64_t Kb = trans_b ? B.dim(1) : B.dim(0);
   const int64_t N = trans_b ? B.dim(0) : B.dim(1);
-  TF_CHECK(K == Kb && C.dim(0) == M && C.dim(1) == N, "matmul: shapes {}{} x {}{} -> {} do not agree",
-           A.shape().str(), trans_a ? "^T" : "", B.shape().str(), trans_b ? "^T" : "", C.shape().str());
+  TF_CHECK(K == Kb && C.dim(0) == M && C.dim(1) == N, "matmul: shapes {}{} x {}{} -> {} do not agree", A.shape().str(),
+           trans_a ? "^T" : "", B.shape().str(), trans_b ? "^T" : "", C.shape().str());
   gemm<T>(C.data(), std::max<int64_t>(N, 1), A.data(), std::max<int64_t>(A.dim(1), 1), trans_a, B.data(),
           std::max<int64_t>(B.dim(1), 1), trans_b, M, N, K, alpha, beta);
 }
@@ -212,14 +212,15 @@ void linear_forward(T* y, const T* x, const T* W, const T* b, int64_t n, int64_t
                                   _mm512_unpackhi_ps(acc[2 * i], acc[2 * i + 1]));
           for (int i = 0; i < 4; ++i) {
             const __m512d a = _mm512_castps_pd(l1[2 * i]), b = _mm512_castps_pd(l1[2 * i + 1]);
-            l2[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)), _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
+            l2[i] =
+                _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)), _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
           }
           for (int i = 0; i < 2; ++i)
             l3[i] = _mm512_add_ps(_mm512_shuffle_f32x4(l2[2 * i], l2[2 * i + 1], 0x88),
                                   _mm512_shuffle_f32x4(l2[2 * i], l2[2 * i + 1], 0xDD));
           alignas(64) float sums[16];
-          _mm512_store_ps(sums, _mm512_add_ps(_mm512_shuffle_f32x4(l3[0], l3[1], 0x88),
-                                              _mm512_shuffle_f32x4(l3[0], l3[1], 0xDD)));
+          _mm512_store_ps(
+              sums, _mm512_add_ps(_mm512_shuffle_f32x4(l3[0], l3[1], 0x88), _mm512_shuffle_f32x4(l3[0], l3[1], 0xDD)));
           for (int i = 0; i < 4; ++i) store(r + i, sums + 4 * i);  // sums[4 i + j]: input row i, weight row j
         }
       }
@@ -232,10 +233,22 @@ void linear_forward(T* y, const T* x, const T* W, const T* b, int64_t n, int64_t
         for (int64_t k = 0; k < in; ++k) {
           const T v0 = w0[k], v1 = w1[k], v2 = w2[k], v3 = w3[k];
           const T u0 = x0[k], u1 = x1[k], u2 = x2[k], u3 = x3[k];
-          a00 += v0 * u0; a01 += v1 * u0; a02 += v2 * u0; a03 += v3 * u0;
-          a10 += v0 * u1; a11 += v1 * u1; a12 += v2 * u1; a13 += v3 * u1;
-          a20 += v0 * u2; a21 += v1 * u2; a22 += v2 * u2; a23 += v3 * u2;
-          a30 += v0 * u3; a31 += v1 * u3; a32 += v2 * u3; a33 += v3 * u3;
+          a00 += v0 * u0;
+          a01 += v1 * u0;
+          a02 += v2 * u0;
+          a03 += v3 * u0;
+          a10 += v0 * u1;
+          a11 += v1 * u1;
+          a12 += v2 * u1;
+          a13 += v3 * u1;
+          a20 += v0 * u2;
+          a21 += v1 * u2;
+          a22 += v2 * u2;
+          a23 += v3 * u2;
+          a30 += v0 * u3;
+          a31 += v1 * u3;
+          a32 += v2 * u3;
+          a33 += v3 * u3;
         }
         const T acc0[4] = {a00, a01, a02, a03}, acc1[4] = {a10, a11, a12, a13};
         const T acc2[4] = {a20, a21, a22, a23}, acc3[4] = {a30, a31, a32, a33};
@@ -265,8 +278,7 @@ void linear_forward(T* y, const T* x, const T* W, const T* b, int64_t n, int64_t
 }
 
 template <typename T>
-void linear_backward(T* dx, T* dW, T* db, const T* dy, const T* x, const T* W, int64_t n, int64_t in,
-                     int64_t out) {
+void linear_backward(T* dx, T* dW, T* db, const T* dy, const T* x, const T* W, int64_t n, int64_t in, int64_t out) {
   // dx[n, in] += dy[n, out] W[out, in]
   if (dx) gemm<T>(dx, in, dy, out, false, W, in, false, n, in, out, T(1), T(1));
   // dW[out, in] += dy[n, out]^T x[n, in]
@@ -288,18 +300,17 @@ void linear_backward(T* dx, T* dW, T* db, const T* dy, const T* x, const T* W, i
 
 template void gemm_naive<float>(float*, int64_t, const float*, int64_t, bool, const float*, int64_t, bool, int64_t,
                                 int64_t, int64_t, float, float);
-template void gemm_naive<double>(double*, int64_t, const double*, int64_t, bool, const double*, int64_t, bool,
-                                 int64_t, int64_t, int64_t, double, double);
+template void gemm_naive<double>(double*, int64_t, const double*, int64_t, bool, const double*, int64_t, bool, int64_t,
+                                 int64_t, int64_t, double, double);
 template void matmul<float>(TensorView<float>, TensorView<const float>, TensorView<const float>, bool, bool, float,
                             float);
-template void matmul<double>(TensorView<double>, TensorView<const double>, TensorView<const double>, bool, bool,
-                             double, double);
+template void matmul<double>(TensorView<double>, TensorView<const double>, TensorView<const double>, bool, bool, double,
+                             double);
 template void linear_forward<float>(float*, const float*, const float*, const float*, int64_t, int64_t, int64_t);
-template void linear_forward<double>(double*, const double*, const double*, const double*, int64_t, int64_t,
+template void linear_forward<double>(double*, const double*, const double*, const double*, int64_t, int64_t, int64_t);
+template void linear_backward<float>(float*, float*, float*, const float*, const float*, const float*, int64_t, int64_t,
                                      int64_t);
-template void linear_backward<float>(float*, float*, float*, const float*, const float*, const float*, int64_t,
-                                     int64_t, int64_t);
-template void linear_backward<double>(double*, double*, double*, const double*, const double*, const double*,
-                                      int64_t, int64_t, int64_t);
+template void linear_backward<double>(double*, double*, double*, const double*, const double*, const double*, int64_t,
+                                      int64_t, int64_t);
 
 }  // namespace tformer

@@ -28,8 +28,8 @@
 namespace tformer {
 
 template <typename T>
-void gemm(T* C, int64_t ldc, const T* A, int64_t lda, bool trans_a, const T* B, int64_t ldb, bool trans_b,
-          int64_t M, int64_t N, int64_t K, T alpha = T(1), T beta = T(0));
+void gemm(T* C, int64_t ldc, const T* A, int64_t lda, bool trans_a, const T* B, int64_t ldb, bool trans_b, int64_t M,
+          int64_t N, int64_t K, T alpha = T(1), T beta = T(0));
 
 // y[out] = W[out, in] x[in] + beta * y: the one-row case of the linear layer (decode).
 template <typename T>
@@ -42,8 +42,8 @@ void gemm_naive(T* C, int64_t ldc, const T* A, int64_t lda, bool trans_a, const 
 
 // Shape-checked form over contiguous 2-D views.
 template <typename T>
-void matmul(TensorView<T> C, TensorView<const T> A, TensorView<const T> B, bool trans_a, bool trans_b,
-            T alpha = T(1), T beta = T(0));
+void matmul(TensorView<T> C, TensorView<const T> A, TensorView<const T> B, bool trans_a, bool trans_b, T alpha = T(1),
+            T beta = T(0));
 
 // Linear layer, weights stored [out, in] as torch.nn.Linear.
 //   forward:  y[n, out] = x[n, in] * W[out, in]^T + b[out]         (b may be null)

@@ -25,8 +25,8 @@ double gain_at(const T* gain, int64_t j) {
 }  // namespace
 
 template <typename T>
-void layernorm_forward(T* y, T* mean, T* rstd, const T* x, const T* gain, const T* bias, int64_t rows,
-                       int64_t cols, T eps) {
+void layernorm_forward(T* y, T* mean, T* rstd, const T* x, const T* gain, const T* bias, int64_t rows, int64_t cols,
+                       T eps) {
   const double n = static_cast<double>(cols);
 #pragma omp parallel for schedule(static) if (rows * cols > kParallelElements)
   for (int64_t r = 0; r < rows; ++r) {
@@ -58,8 +58,8 @@ void layernorm_forward(T* y, T* mean, T* rstd, const T* x, const T* gain, const 
 //   dg_i  += sum over rows of dy_i * xhat_i
 //   db_i  += sum over rows of dy_i
 template <typename T>
-void layernorm_backward(T* dx, T* dgain, T* dbias, const T* dy, const T* x, const T* mean, const T* rstd,
-                        const T* gain, int64_t rows, int64_t cols) {
+void layernorm_backward(T* dx, T* dgain, T* dbias, const T* dy, const T* x, const T* mean, const T* rstd, const T* gain,
+                        int64_t rows, int64_t cols) {
   const double n = static_cast<double>(cols);
   const bool parallel = rows * cols > kParallelElements;
   if (dx) {
@@ -168,17 +168,17 @@ void rmsnorm_backward(T* dx, T* dgain, const T* dy, const T* x, const T* rstd, c
 
 template void layernorm_forward<float>(float*, float*, float*, const float*, const float*, const float*, int64_t,
                                        int64_t, float);
-template void layernorm_forward<double>(double*, double*, double*, const double*, const double*, const double*,
-                                        int64_t, int64_t, double);
-template void layernorm_backward<float>(float*, float*, float*, const float*, const float*, const float*,
-                                        const float*, const float*, int64_t, int64_t);
+template void layernorm_forward<double>(double*, double*, double*, const double*, const double*, const double*, int64_t,
+                                        int64_t, double);
+template void layernorm_backward<float>(float*, float*, float*, const float*, const float*, const float*, const float*,
+                                        const float*, int64_t, int64_t);
 template void layernorm_backward<double>(double*, double*, double*, const double*, const double*, const double*,
                                          const double*, const double*, int64_t, int64_t);
 template void rmsnorm_forward<float>(float*, float*, const float*, const float*, int64_t, int64_t, float);
 template void rmsnorm_forward<double>(double*, double*, const double*, const double*, int64_t, int64_t, double);
-template void rmsnorm_backward<float>(float*, float*, const float*, const float*, const float*, const float*,
-                                      int64_t, int64_t);
-template void rmsnorm_backward<double>(double*, double*, const double*, const double*, const double*,
-                                       const double*, int64_t, int64_t);
+template void rmsnorm_backward<float>(float*, float*, const float*, const float*, const float*, const float*, int64_t,
+                                      int64_t);
+template void rmsnorm_backward<double>(double*, double*, const double*, const double*, const double*, const double*,
+                                       int64_t, int64_t);
 
 }  // namespace tformer

@@ -14,11 +14,11 @@ namespace tformer {
 
 // y, x: [rows, cols]; gain, bias: [cols] (bias may be null); mean, rstd: [rows] (saved).
 template <typename T>
-void layernorm_forward(T* y, T* mean, T* rstd, const T* x, const T* gain, const T* bias, int64_t rows,
-                       int64_t cols, T eps);
+void layernorm_forward(T* y, T* mean, T* rstd, const T* x, const T* gain, const T* bias, int64_t rows, int64_t cols,
+                       T eps);
 template <typename T>
-void layernorm_backward(T* dx, T* dgain, T* dbias, const T* dy, const T* x, const T* mean, const T* rstd,
-                        const T* gain, int64_t rows, int64_t cols);
+void layernorm_backward(T* dx, T* dgain, T* dbias, const T* dy, const T* x, const T* mean, const T* rstd, const T* gain,
+                        int64_t rows, int64_t cols);
 
 // y, x: [rows, cols]; gain: [cols]; rstd: [rows] (saved, 1/sqrt(mean(x^2) + eps)).
 template <typename T>

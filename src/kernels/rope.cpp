@@ -29,8 +29,8 @@ void check_rope_args(const int64_t* positions, int64_t n_tokens, int64_t n_heads
 
 // Rotates every pair of every head of every token by sign * pos * theta_i.
 template <typename T>
-void rotate(T* x, const int64_t* positions, int64_t n_tokens, int64_t n_heads, int64_t row_stride,
-            const RopeParams& p, double sign) {
+void rotate(T* x, const int64_t* positions, int64_t n_tokens, int64_t n_heads, int64_t row_stride, const RopeParams& p,
+            double sign) {
   check_rope_args(positions, n_tokens, n_heads, row_stride, p);
   const int64_t hd = p.head_dim, half = hd / 2;
   ScratchBuffer<double> theta(0, static_cast<size_t>(half));  // [half], reused: no allocation per call

@@ -36,9 +36,7 @@ struct Blocking {
 };
 
 // Splits [0, n) into ceil(n / limit) equal blocks, each rounded up to a multiple of `unit`.
-int64_t even_step(int64_t n, int64_t limit, int64_t unit) {
-  return round_up(ceil_div(n, ceil_div(n, limit)), unit);
-}
+int64_t even_step(int64_t n, int64_t limit, int64_t unit) { return round_up(ceil_div(n, ceil_div(n, limit)), unit); }
 
 // Rows of a row-major block that the packing routines read together (see pack_a).
 constexpr int64_t kPackRows = 8;
@@ -62,8 +60,8 @@ inline void transpose16(__m512 r[16]) {
     u[4 * g + 3] = _mm512_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0xEE);
   }
   for (int j = 0; j < 4; ++j) {  // gather lane L of u[j], u[4 + j], u[8 + j], u[12 + j]
-    const __m512 v0 = _mm512_shuffle_f32x4(u[j], u[4 + j], 0x88);   // lanes 0, 2 of each
-    const __m512 v1 = _mm512_shuffle_f32x4(u[j], u[4 + j], 0xDD);   // lanes 1, 3
+    const __m512 v0 = _mm512_shuffle_f32x4(u[j], u[4 + j], 0x88);  // lanes 0, 2 of each
+    const __m512 v1 = _mm512_shuffle_f32x4(u[j], u[4 + j], 0xDD);  // lanes 1, 3
     const __m512 v2 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0x88);
     const __m512 v3 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0xDD);
     r[j] = _mm512_shuffle_f32x4(v0, v2, 0x88);       // column j      (lane 0)
@@ -76,8 +74,8 @@ inline void transpose16(__m512 r[16]) {
 // Copies `rows` (<= 16) rows of `width` (<= 16) contiguous floats at src, src + ld, ... into
 // dst[w * dst_ld + i] for w < width, i < 16 (rows past `rows` as zero), writing `dst_lanes`
 // lanes of each of the `width` output rows: a 16 x 16 tile transposed.
-inline void transpose_tile(float* dst, int64_t dst_ld, __mmask16 dst_lanes, const float* src, int64_t ld,
-                           int64_t rows, int64_t width) {
+inline void transpose_tile(float* dst, int64_t dst_ld, __mmask16 dst_lanes, const float* src, int64_t ld, int64_t rows,
+                           int64_t width) {
   __m512 r[16];
   const __mmask16 in = lanes(width);
   for (int i = 0; i < 16; ++i) r[i] = i < rows ? _mm512_maskz_loadu_ps(in, src + i * ld) : _mm512_setzero_ps();
@@ -254,16 +252,16 @@ void sgemm_threads(float* C, int64_t ldc, const float* A, int64_t lda, bool tran
   const bool small = 2.0 * static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K) < 1e6;
   const int64_t want = small || omp_in_parallel() ? 1 : std::min<int64_t>(omp_get_max_threads(), units);
   if (want <= 1) return gemm_slab<MR, NV>(C, ldc, A, lda, trans_a, B, ldb, trans_b, 0, M, 0, N, K, alpha, beta, blk);
-#pragma omp parallel num_threads(static_cast<int>(want))
+#pragma omp parallel num_threads(static_cast <int>(want))
   {
     const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
     const int64_t u0 = units * t / nt, u1 = units * (t + 1) / nt;
     if (by_rows)
-      gemm_slab<MR, NV>(C, ldc, A, lda, trans_a, B, ldb, trans_b, u0 * MR, std::min(M, u1 * MR), 0, N, K, alpha,
-                        beta, blk);
+      gemm_slab<MR, NV>(C, ldc, A, lda, trans_a, B, ldb, trans_b, u0 * MR, std::min(M, u1 * MR), 0, N, K, alpha, beta,
+                        blk);
     else
-      gemm_slab<MR, NV>(C, ldc, A, lda, trans_a, B, ldb, trans_b, 0, M, u0 * NR, std::min(N, u1 * NR), K, alpha,
-                        beta, blk);
+      gemm_slab<MR, NV>(C, ldc, A, lda, trans_a, B, ldb, trans_b, 0, M, u0 * NR, std::min(N, u1 * NR), K, alpha, beta,
+                        blk);
   }
 }
 

@@ -64,8 +64,8 @@ void ffn_branch(T* out, const T* u, int64_t rows, const BlockShape& s, const Blo
 
 template <typename T>
 void block_forward(T* y, const T* x, int64_t batch, int64_t n_tokens, const BlockShape& s, const BlockWeights<T>& w) {
-  TF_CHECK(s.d_model > 0 && s.n_heads > 0 && s.d_model % s.n_heads == 0, "block: d_model {} not divisible by n_heads {}",
-           s.d_model, s.n_heads);
+  TF_CHECK(s.d_model > 0 && s.n_heads > 0 && s.d_model % s.n_heads == 0,
+           "block: d_model {} not divisible by n_heads {}", s.d_model, s.n_heads);
   TF_CHECK(s.n_kv_heads > 0 && s.n_heads % s.n_kv_heads == 0, "block: n_kv_heads {} does not divide n_heads {}",
            s.n_kv_heads, s.n_heads);
   TF_CHECK(y != x, "block: y must not alias x");
@@ -88,7 +88,8 @@ void block_forward(T* y, const T* x, int64_t batch, int64_t n_tokens, const Bloc
   }
 }
 
-template void block_forward<float>(float*, const float*, int64_t, int64_t, const BlockShape&, const BlockWeights<float>&);
+template void block_forward<float>(float*, const float*, int64_t, int64_t, const BlockShape&,
+                                   const BlockWeights<float>&);
 template void block_forward<double>(double*, const double*, int64_t, int64_t, const BlockShape&,
                                     const BlockWeights<double>&);
 

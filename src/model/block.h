@@ -41,12 +41,12 @@ struct BlockWeights {
   const T* wv = nullptr;           // [n_kv_heads * hd, d_model]
   const T* wo = nullptr;           // [d_model, n_heads * hd]
   const T *bq = nullptr, *bk = nullptr, *bv = nullptr, *bo = nullptr;
-  const T* ffn_norm_w = nullptr;   // [d_model]
-  const T* ffn_norm_b = nullptr;   // [d_model]
-  const T* w1 = nullptr;           // [d_ff, d_model]
-  const T* w2 = nullptr;           // [d_model, d_ff]
-  const T* w3 = nullptr;           // [d_ff, d_model] (swiglu only)
-  const T* b3 = nullptr;           // [d_ff] (swiglu with bias only)
+  const T* ffn_norm_w = nullptr;  // [d_model]
+  const T* ffn_norm_b = nullptr;  // [d_model]
+  const T* w1 = nullptr;          // [d_ff, d_model]
+  const T* w2 = nullptr;          // [d_model, d_ff]
+  const T* w3 = nullptr;          // [d_ff, d_model] (swiglu only)
+  const T* b3 = nullptr;          // [d_ff] (swiglu with bias only)
   const T *b1 = nullptr, *b2 = nullptr;
 };
 

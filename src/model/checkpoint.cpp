@@ -24,7 +24,8 @@ std::unique_ptr<Tokenizer> tokenizer_from_metadata(const std::string& path, cons
 std::unique_ptr<Tokenizer> load_model_tokenizer(const std::string& path) {
   const SafetensorsFile file = SafetensorsFile::open(path);
   auto it = file.metadata().find("tokenizer");
-  if (it == file.metadata().end()) fail("{}: the model file carries no tokenizer (no \"tokenizer\" in __metadata__)", path);
+  if (it == file.metadata().end())
+    fail("{}: the model file carries no tokenizer (no \"tokenizer\" in __metadata__)", path);
   return tokenizer_from_metadata(path, it->second);
 }
 

@@ -12,19 +12,26 @@ std::string to_string(NormKind v) { return v == NormKind::LayerNorm ? "layernorm
 std::string to_string(NormPlacement v) { return v == NormPlacement::Pre ? "pre" : "post"; }
 std::string to_string(Positions v) {
   switch (v) {
-    case Positions::Learned: return "learned";
-    case Positions::Sinusoidal: return "sinusoidal";
-    case Positions::Rope: return "rope";
-    case Positions::None: return "none";
+    case Positions::Learned:
+      return "learned";
+    case Positions::Sinusoidal:
+      return "sinusoidal";
+    case Positions::Rope:
+      return "rope";
+    case Positions::None:
+      return "none";
   }
   return "?";
 }
 std::string to_string(RopePairing v) { return v == RopePairing::Adjacent ? "adjacent" : "halves"; }
 std::string to_string(Activation v) {
   switch (v) {
-    case Activation::Gelu: return "gelu";
-    case Activation::GeluTanh: return "gelu_tanh";
-    case Activation::SwiGLU: return "swiglu";
+    case Activation::Gelu:
+      return "gelu";
+    case Activation::GeluTanh:
+      return "gelu_tanh";
+    case Activation::SwiGLU:
+      return "swiglu";
   }
   return "?";
 }
@@ -68,28 +75,42 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const std::string& s
   ModelConfig c;
   for (const auto& [key, v] : j.items()) {
     const char* k = key.c_str();
-    if (key == "vocab_size") c.vocab_size = integer(v, source, k);
-    else if (key == "context_length") c.context_length = integer(v, source, k);
-    else if (key == "d_model") c.d_model = integer(v, source, k);
-    else if (key == "n_layers") c.n_layers = integer(v, source, k);
-    else if (key == "n_heads") c.n_heads = integer(v, source, k);
-    else if (key == "n_kv_heads") c.n_kv_heads = integer(v, source, k);
-    else if (key == "d_ff") c.d_ff = integer(v, source, k);
-    else if (key == "norm") c.norm = static_cast<NormKind>(choice(v, source, k, {"layernorm", "rmsnorm"}));
+    if (key == "vocab_size")
+      c.vocab_size = integer(v, source, k);
+    else if (key == "context_length")
+      c.context_length = integer(v, source, k);
+    else if (key == "d_model")
+      c.d_model = integer(v, source, k);
+    else if (key == "n_layers")
+      c.n_layers = integer(v, source, k);
+    else if (key == "n_heads")
+      c.n_heads = integer(v, source, k);
+    else if (key == "n_kv_heads")
+      c.n_kv_heads = integer(v, source, k);
+    else if (key == "d_ff")
+      c.d_ff = integer(v, source, k);
+    else if (key == "norm")
+      c.norm = static_cast<NormKind>(choice(v, source, k, {"layernorm", "rmsnorm"}));
     else if (key == "norm_placement")
       c.norm_placement = static_cast<NormPlacement>(choice(v, source, k, {"pre", "post"}));
     else if (key == "positions")
       c.positions = static_cast<Positions>(choice(v, source, k, {"learned", "sinusoidal", "rope", "none"}));
-    else if (key == "rope_base") c.rope_base = number(v, source, k);
+    else if (key == "rope_base")
+      c.rope_base = number(v, source, k);
     else if (key == "rope_pairing")
       c.rope_pairing = static_cast<RopePairing>(choice(v, source, k, {"adjacent", "halves"}));
     else if (key == "activation")
       c.activation = static_cast<Activation>(choice(v, source, k, {"gelu", "gelu_tanh", "swiglu"}));
-    else if (key == "bias") c.bias = boolean(v, source, k);
-    else if (key == "tied_embeddings") c.tied_embeddings = boolean(v, source, k);
-    else if (key == "dropout") c.dropout = number(v, source, k);
-    else if (key == "norm_eps") c.norm_eps = number(v, source, k);
-    else fail("{}: unknown key \"{}\"", source, key);
+    else if (key == "bias")
+      c.bias = boolean(v, source, k);
+    else if (key == "tied_embeddings")
+      c.tied_embeddings = boolean(v, source, k);
+    else if (key == "dropout")
+      c.dropout = number(v, source, k);
+    else if (key == "norm_eps")
+      c.norm_eps = number(v, source, k);
+    else
+      fail("{}: unknown key \"{}\"", source, key);
   }
   return c;
 }
@@ -143,8 +164,7 @@ void ModelConfig::validate() {
   positive(d_ff, "d_ff");
   if (vocab_size > std::numeric_limits<int32_t>::max())
     fail("model config: \"vocab_size\" {} exceeds the int32 token id range", vocab_size);
-  if (d_model % n_heads != 0)
-    fail("model config: \"d_model\" {} is not divisible by \"n_heads\" {}", d_model, n_heads);
+  if (d_model % n_heads != 0) fail("model config: \"d_model\" {} is not divisible by \"n_heads\" {}", d_model, n_heads);
   if (n_heads % n_kv_heads != 0)
     fail("model config: \"n_heads\" {} is not divisible by \"n_kv_heads\" {}", n_heads, n_kv_heads);
   if (positions == Positions::Rope && head_dim() % 2 != 0)

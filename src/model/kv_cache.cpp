@@ -9,8 +9,8 @@ namespace tformer {
 KVCache::KVCache(int64_t n_layers, int64_t batch, int64_t n_kv_heads, int64_t capacity, int64_t head_dim)
     : n_layers_(n_layers), batch_(batch), n_kv_heads_(n_kv_heads), capacity_(capacity), head_dim_(head_dim) {
   TF_CHECK(n_layers > 0 && batch > 0 && n_kv_heads > 0 && capacity > 0 && head_dim > 0,
-           "KV cache: sizes must be positive (layers {}, batch {}, kv heads {}, capacity {}, head_dim {})",
-           n_layers, batch, n_kv_heads, capacity, head_dim);
+           "KV cache: sizes must be positive (layers {}, batch {}, kv heads {}, capacity {}, head_dim {})", n_layers,
+           batch, n_kv_heads, capacity, head_dim);
   const auto n = static_cast<size_t>(n_layers * batch * n_kv_heads * capacity * head_dim);
   k_.assign(n, 0.0f);
   v_.assign(n, 0.0f);

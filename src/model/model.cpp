@@ -139,8 +139,8 @@ void Model::norm(float* y, const float* x, const std::string& prefix, int64_t ro
   std::vector<float> mean(rows), rstd(rows);
   const float* w = params_.get(prefix + ".weight").data();
   if (c.norm == NormKind::LayerNorm)
-    layernorm_forward<float>(y, mean.data(), rstd.data(), x, w, params_.get(prefix + ".bias").data(), rows,
-                             c.d_model, static_cast<float>(c.norm_eps));
+    layernorm_forward<float>(y, mean.data(), rstd.data(), x, w, params_.get(prefix + ".bias").data(), rows, c.d_model,
+                             static_cast<float>(c.norm_eps));
   else
     rmsnorm_forward<float>(y, rstd.data(), x, w, rows, c.d_model, static_cast<float>(c.norm_eps));
 }
@@ -152,9 +152,9 @@ void Model::attention_sublayer(float* out, const float* u, int64_t layer, int64_
   const int64_t rows = batch * n, hd = c.head_dim();
   const int64_t dq = c.n_heads * hd, dkv = c.n_kv_heads * hd;
   std::vector<float> q(rows * dq), k(rows * dkv), v(rows * dkv), o(rows * dq);
-  linear_forward<float>(q.data(), u, w.wq, w.bq, rows, c.d_model, dq);     // q [B*n, Hq*hd]
-  linear_forward<float>(k.data(), u, w.wk, w.bk, rows, c.d_model, dkv);    // k [B*n, Hkv*hd]
-  linear_forward<float>(v.data(), u, w.wv, w.bv, rows, c.d_model, dkv);    // v [B*n, Hkv*hd]
+  linear_forward<float>(q.data(), u, w.wq, w.bq, rows, c.d_model, dq);   // q [B*n, Hq*hd]
+  linear_forward<float>(k.data(), u, w.wk, w.bk, rows, c.d_model, dkv);  // k [B*n, Hkv*hd]
+  linear_forward<float>(v.data(), u, w.wv, w.bv, rows, c.d_model, dkv);  // v [B*n, Hkv*hd]
   if (c.positions == Positions::Rope) {
     const RopeParams rp{hd, c.rope_base, c.rope_pairing};
     rope_forward<float>(q.data(), positions, rows, c.n_heads, dq, rp);
@@ -224,8 +224,7 @@ void Model::forward_cached(float* logits, const TokenId* ids, int64_t batch, int
     if (end > cache.capacity())
       fail("sequence {} would reach {} tokens; the KV cache holds {}", b, end, cache.capacity());
     // Padding rows get the positions after the real ones, clamped to the last row the tables have.
-    for (int64_t t = 0; t < n; ++t)
-      positions[b * n + t] = std::min(cache.length(b) + t, c.context_length - 1);
+    for (int64_t t = 0; t < n; ++t) positions[b * n + t] = std::min(cache.length(b) + t, c.context_length - 1);
   }
   const int64_t d = c.d_model, rows = batch * n;
   // Padding ids may be anything; they are replaced by 0 so the embedding lookup stays in range.
@@ -233,11 +232,11 @@ void Model::forward_cached(float* logits, const TokenId* ids, int64_t batch, int
   for (int64_t b = 0; b < batch; ++b)
     for (int64_t t = n_valid ? n_valid[b] : n; t < n; ++t) safe_ids[b * n + t] = 0;
   std::vector<float> x(rows * d), u(rows * d), branch(rows * d), h(rows * d);
-  embedding_forward<float>(x.data(), safe_ids.data(), params_.get("tok_embeddings.weight").data(), rows,
-                           c.vocab_size, d);
+  embedding_forward<float>(x.data(), safe_ids.data(), params_.get("tok_embeddings.weight").data(), rows, c.vocab_size,
+                           d);
   if (c.positions == Positions::Learned || c.positions == Positions::Sinusoidal) {
-    const float* pe = c.positions == Positions::Learned ? params_.get("pos_embeddings.weight").data()
-                                                        : sinusoidal_.data();
+    const float* pe =
+        c.positions == Positions::Learned ? params_.get("pos_embeddings.weight").data() : sinusoidal_.data();
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t k = 0; k < d; ++k) x[r * d + k] += pe[positions[r] * d + k];
   }

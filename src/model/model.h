@@ -75,8 +75,8 @@ class Model {
 
  private:
   // One sublayer of layer i; out may not alias u. positions [batch*n] are absolute.
-  void attention_sublayer(float* out, const float* u, int64_t layer, int64_t batch, int64_t n,
-                          const int64_t* positions, const int64_t* n_valid, KVCache& cache);
+  void attention_sublayer(float* out, const float* u, int64_t layer, int64_t batch, int64_t n, const int64_t* positions,
+                          const int64_t* n_valid, KVCache& cache);
   void ffn_sublayer(float* out, const float* u, int64_t layer, int64_t rows);
   // norm_1 / norm_2 / final norm by name prefix ("layers.3.attn_norm", "norm").
   void norm(float* y, const float* x, const std::string& prefix, int64_t rows);

@@ -4,8 +4,8 @@
 
 #include <algorithm>
 #include <array>
-#include <climits>
 #include <atomic>
+#include <climits>
 #include <cstring>
 #include <queue>
 #include <unordered_map>
@@ -363,7 +363,8 @@ struct SennrichBpe::Impl {
     std::vector<size_t> cuts(static_cast<size_t>(n_threads) + 1, text.size());
     cuts[0] = 0;
     for (int t = 1; t < n_threads; ++t) {
-      size_t c = std::max({cuts[t - 1], size_t{1}, text.size() * static_cast<size_t>(t) / static_cast<size_t>(n_threads)});
+      size_t c =
+          std::max({cuts[t - 1], size_t{1}, text.size() * static_cast<size_t>(t) / static_cast<size_t>(n_threads)});
       while (c < text.size() && text[c - 1] != '\n') ++c;
       cuts[t] = c;
     }
@@ -530,7 +531,9 @@ std::vector<int32_t> SennrichBpe::segment_ids(std::string_view word) const {
   return out;
 }
 
-void SennrichBpe::segment_pieces(std::string_view word, std::vector<Piece>& out) const { impl_->segment_pieces(word, out); }
+void SennrichBpe::segment_pieces(std::string_view word, std::vector<Piece>& out) const {
+  impl_->segment_pieces(word, out);
+}
 
 std::vector<std::pair<std::string, std::string>> SennrichBpe::merges() const {
   std::vector<std::pair<std::string, std::string>> out;
@@ -568,7 +571,8 @@ void SennrichBpe::apply_stream(const std::function<size_t(char*, size_t)>& read,
   bool continuing = false;  // buffer[0] continues a line whose earlier words were written
   std::string out;
   auto check = [&](std::string_view part, size_t offset) {
-    if (auto bad = text::find_invalid_utf8(part)) fail("{}: invalid UTF-8 at byte offset {}", name, base + offset + *bad);
+    if (auto bad = text::find_invalid_utf8(part))
+      fail("{}: invalid UTF-8 at byte offset {}", name, base + offset + *bad);
   };
   for (bool eof = false; !eof;) {
     const size_t had = buffer.size();

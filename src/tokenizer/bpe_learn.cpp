@@ -70,7 +70,8 @@ class WordCounter {
         if (++size_ * 2 > slots_.size()) rehash(slots_.size() * 2);
         return;
       }
-      if (s.hash == h && s.length == word.size() && std::memcmp(arena_.data() + s.offset, word.data(), word.size()) == 0) {
+      if (s.hash == h && s.length == word.size() &&
+          std::memcmp(arena_.data() + s.offset, word.data(), word.size()) == 0) {
         s.count += count;
         return;
       }
@@ -300,16 +301,19 @@ class Learner {
   }
   void heap_push(HeapEntry e) {
     heap_.push_back(e);
-    std::push_heap(heap_.begin(), heap_.end(), [this](const HeapEntry& a, const HeapEntry& b) { return entry_less(a, b); });
+    std::push_heap(heap_.begin(), heap_.end(),
+                   [this](const HeapEntry& a, const HeapEntry& b) { return entry_less(a, b); });
   }
   void heap_pop() {
-    std::pop_heap(heap_.begin(), heap_.end(), [this](const HeapEntry& a, const HeapEntry& b) { return entry_less(a, b); });
+    std::pop_heap(heap_.begin(), heap_.end(),
+                  [this](const HeapEntry& a, const HeapEntry& b) { return entry_less(a, b); });
     heap_.pop_back();
   }
   void heap_rebuild() {
     heap_.clear();
     for (uint32_t p : stats_list_) heap_.push_back({visible_[p], p});
-    std::make_heap(heap_.begin(), heap_.end(), [this](const HeapEntry& a, const HeapEntry& b) { return entry_less(a, b); });
+    std::make_heap(heap_.begin(), heap_.end(),
+                   [this](const HeapEntry& a, const HeapEntry& b) { return entry_less(a, b); });
   }
   // The visible pair with the largest (count, pair), or -1 when the heap holds none.
   int64_t heap_best() {

@@ -9,8 +9,8 @@
 #include <fstream>
 #include <functional>
 #include <queue>
-#include <unordered_map>
 #include <sstream>
+#include <unordered_map>
 
 #include "core/error.h"
 #include "tokenizer/gpt2_pretokenize.h"
@@ -54,7 +54,9 @@ struct ByteUnicodeTables {
   std::array<int, 512> code_point_to_byte;  // -1: not in the alphabet (every code point used is < 512)
   ByteUnicodeTables() {
     code_point_to_byte.fill(-1);
-    const auto self = [](int b) { return (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF); };
+    const auto self = [](int b) {
+      return (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+    };
     uint32_t next = 256;
     for (int b = 0; b < 256; ++b) {
       const uint32_t cp = self(b) ? static_cast<uint32_t>(b) : next++;
@@ -233,8 +235,12 @@ class ByteBpeTokenizer::Cache {
       ++generation_;
     }
     Slot& s = slots_[hash & (kCacheSlots - 1)];
-    s = {hash, static_cast<uint32_t>(keys_.size()), static_cast<uint32_t>(piece.size()),
-         static_cast<uint32_t>(ids_.size()), static_cast<uint32_t>(n), generation_};
+    s = {hash,
+         static_cast<uint32_t>(keys_.size()),
+         static_cast<uint32_t>(piece.size()),
+         static_cast<uint32_t>(ids_.size()),
+         static_cast<uint32_t>(n),
+         generation_};
     keys_.append(piece);
     ids_.insert(ids_.end(), ids, ids + n);
   }
@@ -552,8 +558,7 @@ ByteBpeTokenizer ByteBpeTokenizer::load_gpt2(const std::string& encoder_path, co
   std::array<unsigned char, 256> byte_of_id{};
   for (int b = 0; b < 256; ++b) {
     auto it = id_of.find(std::string(1, static_cast<char>(b)));
-    if (it == id_of.end())
-      fail("{}: byte 0x{:02x} (\"{}\") has no token", encoder_path, b, gpt2_byte_to_unicode()[b]);
+    if (it == id_of.end()) fail("{}: byte 0x{:02x} (\"{}\") has no token", encoder_path, b, gpt2_byte_to_unicode()[b]);
     if (it->second >= 256)
       fail("{}: byte 0x{:02x} (\"{}\") has id {}; single bytes take ids 0..255", encoder_path, b,
            gpt2_byte_to_unicode()[b], it->second);
@@ -693,7 +698,8 @@ ByteBpeTokenizer ByteBpeTokenizer::from_json(const nlohmann::json& j) {
       fail("byte-bpe JSON: \"merges\"[{}] = {} is not a pair of ids", i, m.dump());
     const int64_t a = m[0].get<int64_t>(), b = m[1].get<int64_t>();
     if (a < 0 || b < 0 || a >= static_cast<int64_t>(256 + i) || b >= static_cast<int64_t>(256 + i))
-      fail("byte-bpe JSON: \"merges\"[{}] = {} uses an id that is not yet a token (ids below {})", i, m.dump(), 256 + i);
+      fail("byte-bpe JSON: \"merges\"[{}] = {} uses an id that is not yet a token (ids below {})", i, m.dump(),
+           256 + i);
     merges.emplace_back(static_cast<TokenId>(a), static_cast<TokenId>(b));
   }
   std::map<std::string, TokenId> specials;

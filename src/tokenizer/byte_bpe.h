@@ -105,7 +105,7 @@ class ByteBpeTokenizer : public Tokenizer {
 
  private:
   struct Tables;  // hash tables for the whole-piece and pair lookups
-  class Cache;  // recently encoded pieces (per encode() call and thread)
+  class Cache;    // recently encoded pieces (per encode() call and thread)
   void encode_stretch(std::string_view text, std::vector<TokenId>& out) const;  // may run in parallel
   void encode_chunk(std::string_view text, Cache& cache, std::vector<TokenId>& out) const;
   void merge_scan(std::vector<TokenId>& parts) const;

@@ -15,7 +15,9 @@ namespace tformer {
 
 std::array<unsigned char, 256> gpt2_byte_order() {
   std::array<unsigned char, 256> order{};
-  const auto self = [](int b) { return (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF); };
+  const auto self = [](int b) {
+    return (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+  };
   int n = 0;
   for (int b = 0; b < 256; ++b)
     if (self(b)) order[n++] = static_cast<unsigned char>(b);
@@ -26,7 +28,9 @@ std::array<unsigned char, 256> gpt2_byte_order() {
 
 namespace {
 
-uint64_t pack(TokenId a, TokenId b) { return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b); }
+uint64_t pack(TokenId a, TokenId b) {
+  return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
+}
 TokenId left_of(uint64_t key) { return static_cast<TokenId>(key >> 32); }
 TokenId right_of(uint64_t key) { return static_cast<TokenId>(key & 0xFFFFFFFFu); }
 

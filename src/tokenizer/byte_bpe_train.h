@@ -28,9 +28,9 @@
 namespace tformer {
 
 struct ByteBpeTrainOptions {
-  int64_t vocab_size = 50257;    // bytes (256) + merges + <|endoftext|>
-  int64_t min_frequency = 2;     // a pair seen fewer times is never merged
-  bool verbose = false;          // print each merge to stderr
+  int64_t vocab_size = 50257;  // bytes (256) + merges + <|endoftext|>
+  int64_t min_frequency = 2;   // a pair seen fewer times is never merged
+  bool verbose = false;        // print each merge to stderr
 };
 
 ByteBpeTokenizer train_byte_bpe(std::string_view corpus, const ByteBpeTrainOptions& options);

@@ -12,13 +12,16 @@ namespace tformer {
 namespace {
 
 // Unicode White_Space (the meaning of \s in Rust's regex crate, hence in tiktoken).
-#define TF_WS "\\t\\n\\x{0B}\\f\\r\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}"
+#define TF_WS \
+  "\\t\\n\\x{0B}\\f\\r\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}"
 constexpr const char* kPattern =
     "'(?:[sdmt]|ll|ve|re)"
     "| ?\\p{L}+"
     "| ?\\p{N}+"
-    "| ?[^" TF_WS "\\p{L}\\p{N}]+"
-    "|[" TF_WS "]+(?![^" TF_WS "])"
+    "| ?[^" TF_WS
+    "\\p{L}\\p{N}]+"
+    "|[" TF_WS "]+(?![^" TF_WS
+    "])"
     "|[" TF_WS "]+";
 #undef TF_WS
 
@@ -64,7 +67,8 @@ Gpt2PreTokenizer::Gpt2PreTokenizer() {
   PCRE2_SIZE offset = 0;
   pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(kPattern), PCRE2_ZERO_TERMINATED,
                                    PCRE2_UTF | PCRE2_UCP | PCRE2_ANCHORED, &error, &offset, nullptr);
-  if (!code) fail("gpt2 pre-tokenizer: PCRE2 cannot compile the pattern at offset {}: {}", offset, pcre2_message(error));
+  if (!code)
+    fail("gpt2 pre-tokenizer: PCRE2 cannot compile the pattern at offset {}: {}", offset, pcre2_message(error));
   code_ = code;
   jit_ = pcre2_jit_compile(code, PCRE2_JIT_COMPLETE) == 0;
 }
@@ -99,9 +103,9 @@ size_t Gpt2PreTokenizer::match_end(std::string_view valid, size_t at) const {
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(valid.data());
   // The pattern is anchored and every character is a letter, a number, white space or something
   // else, so a non-empty match always starts at `at`.
-  const int rc = jit_ ? pcre2_jit_match(as_code(code_), subject, valid.size(), at, 0, state.data, state.context)
-                      : pcre2_match(as_code(code_), subject, valid.size(), at, PCRE2_NO_UTF_CHECK, state.data,
-                                    state.context);
+  const int rc =
+      jit_ ? pcre2_jit_match(as_code(code_), subject, valid.size(), at, 0, state.data, state.context)
+           : pcre2_match(as_code(code_), subject, valid.size(), at, PCRE2_NO_UTF_CHECK, state.data, state.context);
   if (rc < 0) fail("gpt2 pre-tokenizer: PCRE2 match failed at byte {}: {}", at, pcre2_message(rc));
   const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(state.data);
   TF_CHECK(ov[0] == at && ov[1] > at, "gpt2 pre-tokenizer: match [{}, {}) does not start at {}", ov[0], ov[1], at);

@@ -5,9 +5,9 @@
 //   1. Words. Each input is decoded as UTF-8 (strictly; an error names the file and byte offset) and
 //      split into lines as subword-nmt's codecs reader does (learn_bpe.py opens its input with
 //      codecs.open, whose lines are str.splitlines(keepends=True), not io's universal newlines;
-//      text_lines.h, LineMode::kSplitlines: \n, \r, \r\n, \v, \f, \x1c-\x1e, U+0085, U+2028, U+2029). A line loses '\r', '\n' and ' ' at
-//      both ends and is split at ' ' only: tabs and no-break spaces stay inside words, empty words
-//      are skipped, and a \f (etc.) that ended the line stays at the end of its last word.
+//      text_lines.h, LineMode::kSplitlines: \n, \r, \r\n, \v, \f, \x1c-\x1e, U+0085, U+2028, U+2029). A line loses
+//      '\r', '\n' and ' ' at both ends and is split at ' ' only: tabs and no-break spaces stay inside words, empty
+//      words are skipped, and a \f (etc.) that ended the line stays at the end of its last word.
 //   2. Symbols. A word is its code points, the last one carrying the end-of-word marker:
 //      "lower" -> l o w e r</w>, so "r</w>" is ONE symbol, different from "r".
 //   3. Pair counts: for each distinct word, frequency x number of adjacent occurrences of the pair,
@@ -195,8 +195,9 @@ class SennrichBpe {
   // copied, the runs of spaces between words become one), so memory is bounded by block_size plus
   // the longest word (or run of spaces), not by the longest line: a 100 MB line without a newline
   // is fine. Invalid UTF-8 is an Error naming `name` and the byte offset in the whole input.
-  void apply_stream(const std::function<size_t(char*, size_t)>& read, const std::function<void(std::string_view)>& write,
-                    text::LineMode mode, const std::string& name = "<input>", size_t block_size = size_t{8} << 20) const;
+  void apply_stream(const std::function<size_t(char*, size_t)>& read,
+                    const std::function<void(std::string_view)>& write, text::LineMode mode,
+                    const std::string& name = "<input>", size_t block_size = size_t{8} << 20) const;
 
   // Counters for tests: merges performed by the long-word path (heap + linked list), so a test
   // can check that a 100,000-character word costs O(n log n) work without timing anything.

@@ -15,9 +15,9 @@ namespace {
 
 constexpr std::string_view kEndOfWord = "</w>";
 constexpr TokenId kNewline = SennrichTokenizer::kFirstWhitespace + SennrichTokenizer::kMaxSpaceRun;  // "\n"
-constexpr TokenId kNewlines = kNewline + 1;                                                        // "\n\n"
-constexpr TokenId kReturn = kNewline + 2;                                                          // "\r"
-constexpr TokenId kReturnNewline = kNewline + 3;                                                   // "\r\n"
+constexpr TokenId kNewlines = kNewline + 1;                                                          // "\n\n"
+constexpr TokenId kReturn = kNewline + 2;                                                            // "\r"
+constexpr TokenId kReturnNewline = kNewline + 3;                                                     // "\r\n"
 static_assert(kReturnNewline + 1 == SennrichTokenizer::kFirstSymbol);
 
 bool is_separator(char c) { return c == ' ' || c == '\n' || c == '\r'; }
@@ -52,9 +52,10 @@ SennrichTokenizer::SennrichTokenizer(SennrichBpe bpe, const std::vector<std::str
   }
   std::set<std::string> extra;
   for (const std::string& c : alphabet) {
-    if (!is_one_code_point(c))
-      fail("bpe tokenizer: alphabet entry '{}' is not one valid UTF-8 character", c);
-    if (is_separator(c[0])) fail("bpe tokenizer: alphabet entry 0x{:02x} is a word separator (space, \\n or \\r)", static_cast<unsigned char>(c[0]));
+    if (!is_one_code_point(c)) fail("bpe tokenizer: alphabet entry '{}' is not one valid UTF-8 character", c);
+    if (is_separator(c[0]))
+      fail("bpe tokenizer: alphabet entry 0x{:02x} is a word separator (space, \\n or \\r)",
+           static_cast<unsigned char>(c[0]));
     if (!chars.contains(c)) extra.insert(c);
   }
   extra_alphabet_.assign(extra.begin(), extra.end());
@@ -109,8 +110,7 @@ SennrichTokenizer SennrichTokenizer::from_json(const nlohmann::json& j) {
   const std::string version = j.contains("codes_version") && j["codes_version"].is_string()
                                   ? j["codes_version"].get<std::string>()
                                   : std::string();
-  if (version != "0.1" && version != "0.2")
-    fail("bpe tokenizer JSON: \"codes_version\" must be \"0.1\" or \"0.2\"");
+  if (version != "0.1" && version != "0.2") fail("bpe tokenizer JSON: \"codes_version\" must be \"0.1\" or \"0.2\"");
   if (!j.contains("merges") || !j["merges"].is_array()) fail("bpe tokenizer JSON: missing array \"merges\"");
   std::string codes = version == "0.2" ? "#version: 0.2\n" : "";
   const auto& merges = j["merges"];
@@ -246,7 +246,8 @@ void SennrichTokenizer::encode_stretch(std::string_view stretch, Cache& cache, s
   }
   if (stretch.size() <= kCachedLength) {
     if (cache.words.size() >= (size_t{1} << 18)) cache.words.clear();
-    cache.words.emplace(std::string(stretch), std::vector<TokenId>(out.begin() + static_cast<std::ptrdiff_t>(first), out.end()));
+    cache.words.emplace(std::string(stretch),
+                        std::vector<TokenId>(out.begin() + static_cast<std::ptrdiff_t>(first), out.end()));
   }
 }
 
@@ -293,8 +294,8 @@ std::vector<TokenId> SennrichTokenizer::encode(std::string_view text, bool /*all
     word_ids.clear();
     encode_word(text.substr(word_start, i - word_start), cache, word_ids);
     if (!sep.empty()) {
-      const bool implied = sep.size() == 1 && sep[0] == ' ' && last_implies_space && !word_ids.empty() &&
-                           is_symbol(word_ids.front());
+      const bool implied =
+          sep.size() == 1 && sep[0] == ' ' && last_implies_space && !word_ids.empty() && is_symbol(word_ids.front());
       if (!implied) {
         encode_separator(sep, out);
         last_implies_space = false;

@@ -116,10 +116,10 @@ class SennrichTokenizer : public Tokenizer {
 
   SennrichBpe bpe_;
   std::vector<std::string> extra_alphabet_;
-  std::vector<std::string> text_;           // id -> bytes it decodes to
-  std::vector<std::string> symbol_;         // id -> symbol spelling (symbols only)
-  std::vector<uint8_t> implies_space_;      // id -> word-final symbol not ending in a kept break
-  std::vector<TokenId> of_bpe_symbol_;      // SennrichBpe symbol id -> token id
+  std::vector<std::string> text_;       // id -> bytes it decodes to
+  std::vector<std::string> symbol_;     // id -> symbol spelling (symbols only)
+  std::vector<uint8_t> implies_space_;  // id -> word-final symbol not ending in a kept break
+  std::vector<TokenId> of_bpe_symbol_;  // SennrichBpe symbol id -> token id
   std::unordered_map<std::string, TokenId> symbol_ids_;
 };
 

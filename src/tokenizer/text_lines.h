@@ -71,7 +71,9 @@ enum class LineMode { kSplitlines, kUniversal };
 size_t splitlines_break_at(std::string_view s, size_t i);
 // True for the line breaks that subword-nmt's strip('\r\n ') leaves in place (\v, \f, \x1c, \x1d,
 // \x1e, U+0085, U+2028, U+2029): they end a line under kSplitlines but stay part of its last word.
-inline bool is_kept_break(size_t break_length, char first) { return break_length > 0 && first != '\n' && first != '\r'; }
+inline bool is_kept_break(size_t break_length, char first) {
+  return break_length > 0 && first != '\n' && first != '\r';
+}
 
 // Calls fn(line) for each line of s under mode, the line's terminator included. Under kUniversal
 // the terminator is always "\n" (\r\n and \r are translated), so the line is passed as a fresh

@@ -89,14 +89,16 @@ std::string gpt2_vocab_dir(const std::string& override_dir) {
   }
   namespace fs = std::filesystem;
   if (!fs::is_regular_file(fs::path(dir) / "encoder.json") || !fs::is_regular_file(fs::path(dir) / "vocab.bpe"))
-    fail("GPT-2's vocabulary is not in {} ({}): expected encoder.json and vocab.bpe there; run "
-         "scripts/fetch-gpt2-vocab.sh, or pass --gpt2-dir / set TFORMER_GPT2_DIR",
-         dir, source);
+    fail(
+        "GPT-2's vocabulary is not in {} ({}): expected encoder.json and vocab.bpe there; run "
+        "scripts/fetch-gpt2-vocab.sh, or pass --gpt2-dir / set TFORMER_GPT2_DIR",
+        dir, source);
   return dir;
 }
 
 std::unique_ptr<Tokenizer> tokenizer_by_name(const std::string& name, const std::string& gpt2_dir) {
-  if (name == "gpt2") return std::make_unique<ByteBpeTokenizer>(ByteBpeTokenizer::load_gpt2_dir(gpt2_vocab_dir(gpt2_dir)));
+  if (name == "gpt2")
+    return std::make_unique<ByteBpeTokenizer>(ByteBpeTokenizer::load_gpt2_dir(gpt2_vocab_dir(gpt2_dir)));
   if (name == "char") return std::make_unique<CharTokenizer>(CharTokenizer::bytes());
   if (name.starts_with("bpe:")) {
     const std::string codes = name.substr(4);
@@ -106,10 +108,12 @@ std::unique_ptr<Tokenizer> tokenizer_by_name(const std::string& name, const std:
   if (name.starts_with("byte-bpe:")) {
     const std::string vocab = name.substr(9);
     if (vocab.empty()) fail("tokenizer '{}': expected byte-bpe:VOCAB, a tokenizer JSON file or a folder", name);
-    if (std::filesystem::is_directory(vocab)) return std::make_unique<ByteBpeTokenizer>(ByteBpeTokenizer::load_gpt2_dir(vocab));
+    if (std::filesystem::is_directory(vocab))
+      return std::make_unique<ByteBpeTokenizer>(ByteBpeTokenizer::load_gpt2_dir(vocab));
     if (!std::filesystem::exists(vocab)) fail("tokenizer '{}': no such file or folder '{}'", name, vocab);
     auto tok = load_tokenizer_file(vocab);
-    if (tok->kind() != "byte-bpe") fail("{}: a '{}' tokenizer, not a byte-level BPE vocabulary ('byte-bpe')", vocab, tok->kind());
+    if (tok->kind() != "byte-bpe")
+      fail("{}: a '{}' tokenizer, not a byte-level BPE vocabulary ('byte-bpe')", vocab, tok->kind());
     return tok;
   }
   if (!std::filesystem::exists(name))
@@ -167,7 +171,7 @@ std::string StreamingDecoder::feed(TokenId id) {
   size_t i = 0;
   while (i < pending_.size()) {
     const int n = utf8_char_length(std::string_view(pending_).substr(i));
-    if (n < 0) break;                        // unfinished character: wait for more bytes
+    if (n < 0) break;                          // unfinished character: wait for more bytes
     i += n == 0 ? 1 : static_cast<size_t>(n);  // an invalid byte goes out as it is
   }
   std::string out = pending_.substr(0, i);

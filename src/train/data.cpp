@@ -51,7 +51,9 @@ uint32_t get_u32(std::string_view s, size_t at) {
   for (int i = 3; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(s[at + i]);
   return v;
 }
-uint64_t get_u64(std::string_view s, size_t at) { return load_le64(reinterpret_cast<const unsigned char*>(s.data() + at)); }
+uint64_t get_u64(std::string_view s, size_t at) {
+  return load_le64(reinterpret_cast<const unsigned char*>(s.data() + at));
+}
 
 // ---- the token cache -----------------------------------------------------------------------------
 
@@ -141,8 +143,8 @@ Part tokenize_part(std::string_view text, size_t begin, size_t end, uint64_t con
 }
 
 std::string describe(const std::string& path, size_t begin, size_t end, size_t n, const Part& part) {
-  const std::string range = begin == 0 && end == n ? fmt::format("{} bytes", n)
-                                                   : fmt::format("bytes [{}, {}) of {}", begin, end, n);
+  const std::string range =
+      begin == 0 && end == n ? fmt::format("{} bytes", n) : fmt::format("bytes [{}, {}) of {}", begin, end, n);
   return fmt::format("{} {}, {} tokens{}", path, range, part.ids.size(), part.cached ? " (cached)" : "");
 }
 
@@ -184,8 +186,7 @@ uint64_t hash64(std::string_view bytes, uint64_t seed) {
 }
 
 size_t val_split_offset(std::string_view text, double val_fraction) {
-  if (!(val_fraction >= 0.0 && val_fraction < 1.0))
-    fail("--val-fraction must be in [0, 1), got {}", val_fraction);
+  if (!(val_fraction >= 0.0 && val_fraction < 1.0)) fail("--val-fraction must be in [0, 1), got {}", val_fraction);
   const size_t n = text.size();
   if (val_fraction == 0.0) return n;
   auto cut = static_cast<size_t>(std::floor(static_cast<double>(n) * (1.0 - val_fraction)));
@@ -196,8 +197,7 @@ size_t val_split_offset(std::string_view text, double val_fraction) {
 
 Dataset load_dataset(const std::string& data_path, const std::string& val_data_path, double val_fraction,
                      const Tokenizer& tok, const std::string& cache_dir, bool allow_special) {
-  if (!(val_fraction >= 0.0 && val_fraction < 1.0))
-    fail("--val-fraction must be in [0, 1), got {}", val_fraction);
+  if (!(val_fraction >= 0.0 && val_fraction < 1.0)) fail("--val-fraction must be in [0, 1), got {}", val_fraction);
   // The hashes only key the cache.
   const bool cache = !cache_dir.empty();
   const uint64_t tok_hash = cache ? hash64(tok.to_json().dump()) : 0;

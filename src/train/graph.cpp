@@ -1,8 +1,8 @@
 #include "train/graph.h"
 
 #include <cmath>
-#include <string>
 #include <span>
+#include <string>
 #include <unordered_map>
 
 #include "core/error.h"
@@ -57,8 +57,7 @@ TrainGraph<T>::TrainGraph(const ModelConfig& config, int64_t batch, int64_t cont
   config_.validate();
   const auto& c = config_;
   TF_CHECK(batch > 0 && context > 0, "training graph: batch {} and context {} must be positive", batch, context);
-  if (context > c.context_length)
-    fail("--context {} exceeds the model's context_length {}", context, c.context_length);
+  if (context > c.context_length) fail("--context {} exceeds the model's context_length {}", context, c.context_length);
 
   // Parameter offsets from the one layout definition.
   BasicArena<T> layout;
@@ -202,10 +201,10 @@ template <typename T>
 std::string TrainGraph<T>::first_non_finite_activation() const {
   // The order the forward computes them in (the arena's order differs for post-LN). The lse is
   // left out: -inf is a legal log-sum-exp (a row with no key).
-  static constexpr const char* kPre[] = {"x", "u1", "mean1", "rstd1", "q", "k", "v", "o", "probs",
-                                         "h", "u2", "mean2", "rstd2", "a", "g"};
-  static constexpr const char* kPost[] = {"x", "q", "k", "v", "o", "probs", "n1_in", "u1", "mean1",
-                                          "rstd1", "a", "g", "n2_in", "mean2", "rstd2"};
+  static constexpr const char* kPre[] = {"x",     "u1", "mean1", "rstd1", "q",     "k", "v", "o",
+                                         "probs", "h",  "u2",    "mean2", "rstd2", "a", "g"};
+  static constexpr const char* kPost[] = {"x",     "q",     "k", "v", "o",     "probs", "n1_in", "u1",
+                                          "mean1", "rstd1", "a", "g", "n2_in", "mean2", "rstd2"};
   std::vector<std::string> order;
   const bool post = config_.norm_placement == NormPlacement::Post;
   for (int64_t l = 0; l < config_.n_layers; ++l)
@@ -254,8 +253,8 @@ namespace {
 // Causal attention over [B, T] with dropout on the probabilities: P is the softmax (saved,
 // undropped), the output uses P * keep / (1 - p).
 template <typename T>
-void dropout_attention_output(HeadsView<T> o, const T* P, HeadsView<const T> v, const AttentionShape& s,
-                              uint64_t key, uint64_t thr, T scale) {
+void dropout_attention_output(HeadsView<T> o, const T* P, HeadsView<const T> v, const AttentionShape& s, uint64_t key,
+                              uint64_t thr, T scale) {
   const int64_t B = s.batch, H = s.n_heads, Tn = s.n_q, hd = s.head_dim, group = s.n_heads / s.n_kv_heads;
 #pragma omp parallel for collapse(2) schedule(static)
   for (int64_t b = 0; b < B; ++b)
@@ -278,8 +277,8 @@ void dropout_attention_output(HeadsView<T> o, const T* P, HeadsView<const T> v, 
 //   dS_ij = P_ij (dP_ij - sum_j P_ij dP_ij);  dq_i += sum_j dS_ij k_j / sqrt(hd);  dk_j += dS_ij q_i / sqrt(hd).
 // Parallel over (batch, kv head): a kv head's dk, dv are written by one thread only.
 template <typename T>
-void dropout_attention_backward(HeadsView<T> dq, HeadsView<T> dk, HeadsView<T> dv, HeadsView<const T> dout,
-                                const T* P, HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v,
+void dropout_attention_backward(HeadsView<T> dq, HeadsView<T> dk, HeadsView<T> dv, HeadsView<const T> dout, const T* P,
+                                HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v,
                                 const AttentionShape& s, uint64_t key, uint64_t thr, T scale) {
   const int64_t B = s.batch, H = s.n_heads, Tn = s.n_q, hd = s.head_dim, Hkv = s.n_kv_heads, group = H / Hkv;
   const T sm = T(1) / std::sqrt(static_cast<T>(hd));
@@ -374,8 +373,8 @@ void TrainGraph<T>::attention_backward_(Layer& L, int64_t l, T* dq, T* dk, T* dv
   else if (kernel_ == AttentionKernel::Reference)
     attention_backward<T>(gq, gk, gv, go, L.probs, vq, vk, vv, shape, mask);
   else
-    flash_attention_backward<T>(gq, gk, gv, go, heads_btHd<const T>(L.o, Tn, c.n_heads, hd), L.lse, vq, vk, vv,
-                                shape, mask, attention_dropout_(l, drop));
+    flash_attention_backward<T>(gq, gk, gv, go, heads_btHd<const T>(L.o, Tn, c.n_heads, hd), L.lse, vq, vk, vv, shape,
+                                mask, attention_dropout_(l, drop));
 }
 
 template <typename T>

@@ -51,8 +51,8 @@ class TrainGraph {
   // grads += d(scale * loss)/d(params) for the last forward (grads mirrors params).
   void backward(BasicArena<T>& params, BasicArena<T>& grads, T scale = T(1));
 
-  int64_t count() const { return count_; }    // counted targets in the last forward
-  const T* logits() const { return logits_; } // [batch * context, vocab] of the last forward
+  int64_t count() const { return count_; }     // counted targets in the last forward
+  const T* logits() const { return logits_; }  // [batch * context, vocab] of the last forward
   int64_t activation_bytes() const { return static_cast<int64_t>(acts_.size() * sizeof(T)); }
   // The first saved activation of the last forward holding a NaN or an infinity, in the order the
   // forward computes them (per layer: its input x, the norm's output u1, q, k, v, the attention

@@ -17,7 +17,7 @@ namespace tformer {
 
 namespace {
 
-constexpr int64_t kPiece = int64_t(1) << 14;            // elements per piece of work
+constexpr int64_t kPiece = int64_t(1) << 14;             // elements per piece of work
 constexpr int64_t kParallelElements = int64_t(1) << 15;  // below this, one thread
 
 // Arena has no const data(); reading through the non-const accessor of an object we never write
@@ -126,7 +126,8 @@ double global_grad_norm(const Arena& grads) {
     for (; i + 8 <= end; i += 8)
       for (int j = 0; j < 8; ++j) lane[j] += static_cast<double>(g[i + j]) * static_cast<double>(g[i + j]);
     for (; i < end; ++i) lane[0] += static_cast<double>(g[i]) * static_cast<double>(g[i]);
-    sums[static_cast<size_t>(k)] = ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+    sums[static_cast<size_t>(k)] =
+        ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
   }
   double total = 0;
   for (int64_t k = 0; k < n_pieces; ++k) total += sums[static_cast<size_t>(k)];  // in piece order

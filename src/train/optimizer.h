@@ -99,9 +99,9 @@ double clip_grad_norm(Arena& grads, double max_norm);
 
 // The learning-rate schedule: linear warmup, then cosine decay to min_lr (nanoGPT's get_lr).
 struct LrSchedule {
-  double lr = 1e-3;       // peak, reached at the end of warmup
-  double min_lr = 1e-4;   // floor, from decay_steps on
-  int64_t warmup = 100;   // warmup iterations
+  double lr = 1e-3;            // peak, reached at the end of warmup
+  double min_lr = 1e-4;        // floor, from decay_steps on
+  int64_t warmup = 100;        // warmup iterations
   int64_t decay_steps = 2000;  // the iteration where the cosine reaches min_lr
 };
 

@@ -48,7 +48,8 @@ constexpr Glyph kFont[] = {
     {'l', {0b01100, 0b00100, 0b00100, 0b00100, 0b00100, 0b00100, 0b01110}},
     {'n', {0b00000, 0b00000, 0b10110, 0b11001, 0b10001, 0b10001, 0b10001}},
     {'o', {0b00000, 0b00000, 0b01110, 0b10001, 0b10001, 0b10001, 0b01110}},
-    {'p', {0b00000, 0b00000, 0b11110, 0b10001, 0b11110, 0b10000, 0b10000}},  // x-height like the others (no descender row)
+    {'p',
+     {0b00000, 0b00000, 0b11110, 0b10001, 0b11110, 0b10000, 0b10000}},  // x-height like the others (no descender row)
     {'r', {0b00000, 0b00000, 0b10110, 0b11001, 0b10000, 0b10000, 0b10000}},
     {'s', {0b00000, 0b00000, 0b01110, 0b10000, 0b01110, 0b00001, 0b11110}},
     {'t', {0b01000, 0b01000, 0b11100, 0b01000, 0b01000, 0b01001, 0b00110}},
@@ -298,7 +299,8 @@ std::vector<uint8_t> render_loss_curves(const LossCurves& curves, int width, int
     for (size_t i = 0; i + 1 < pts.size(); ++i)
       cv.line(to_px(pts[i].first), to_py(pts[i].second), to_px(pts[i + 1].first), to_py(pts[i + 1].second), thick, c);
     if (markers || pts.size() == 1)
-      for (const auto& [x, y] : pts) cv.fill(to_px(x) - marker, to_py(y) - marker, to_px(x) + marker, to_py(y) + marker, c);
+      for (const auto& [x, y] : pts)
+        cv.fill(to_px(x) - marker, to_py(y) - marker, to_px(x) + marker, to_py(y) + marker, c);
   };
   draw_curve(curves.train, kTrainCurveColor, false);
   draw_curve(curves.val, kValCurveColor, true);
@@ -328,8 +330,7 @@ std::vector<uint8_t> render_loss_curves(const LossCurves& curves, int width, int
 
 void plot_loss_curves(const std::string& metrics_path, const std::string& png_path, int width, int height) {
   const LossCurves curves = read_loss_curves(metrics_path);
-  if (curves.train.empty() && curves.val.empty())
-    fail("{}: no train_loss or val_loss values to plot", metrics_path);
+  if (curves.train.empty() && curves.val.empty()) fail("{}: no train_loss or val_loss values to plot", metrics_path);
   write_png_rgb(png_path, width, height, render_loss_curves(curves, width, height));
 }
 

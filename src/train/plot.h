@@ -32,7 +32,6 @@ LossCurves read_loss_curves(const std::string& metrics_path);
 std::vector<uint8_t> render_loss_curves(const LossCurves& curves, int width, int height);
 
 // read_loss_curves + render_loss_curves + write_png_rgb (atomic). Errors name the files.
-void plot_loss_curves(const std::string& metrics_path, const std::string& png_path, int width = 800,
-                      int height = 500);
+void plot_loss_curves(const std::string& metrics_path, const std::string& png_path, int width = 800, int height = 500);
 
 }  // namespace tformer

@@ -36,8 +36,8 @@ class Progress {
   bool live() const { return live_; }
 
   // Formatting, exposed for tests.
-  static std::string format_eta(double seconds);   // "1:02", "1:02:03", "?" when unknown (< 0)
-  static std::string format_rate(double per_s);    // "950", "41.2k", "1.23M"
+  static std::string format_eta(double seconds);  // "1:02", "1:02:03", "?" when unknown (< 0)
+  static std::string format_rate(double per_s);   // "950", "41.2k", "1.23M"
   std::string plain_line(int64_t step, double loss, double lr, double tokens_per_s, double eta_s) const;
   // The live line with a full-width bar; draw() narrows the bar to fit the terminal.
   std::string live_line(int64_t step, double loss, double lr, double tokens_per_s, double eta_s) const;

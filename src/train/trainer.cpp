@@ -9,10 +9,10 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
-#include <string_view>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <string_view>
 
 #include "core/error.h"
 #include "core/rng.h"
@@ -149,7 +149,6 @@ std::string first_non_finite(Arena& a) {
   return "";
 }
 
-
 constexpr uint64_t kEvalStream = 0xE7A1'5EEDull;
 constexpr uint64_t kDropoutStream = 0xD80F'0FFull;
 
@@ -203,18 +202,20 @@ StepResult TrainSession::step() {
         bad = fmt::format("every weight is finite; the forward overflowed at activation {}",
                           act.empty() ? "the loss" : act);
       }
-      fail("step {}: the loss is {}; first non-finite tensor: {}. Nothing was updated; the last checkpoint "
-           "is intact",
-           step_ + 1, loss, bad);
+      fail(
+          "step {}: the loss is {}; first non-finite tensor: {}. Nothing was updated; the last checkpoint "
+          "is intact",
+          step_ + 1, loss, bad);
     }
     graph_->backward(params, grads_, 1.0f / static_cast<float>(k));
     r.loss += loss / static_cast<double>(k);
   }
   r.grad_norm = clip_grad_norm(grads_, options_.grad_clip);
   if (!std::isfinite(r.grad_norm))
-    fail("step {}: the gradient norm is {}; first non-finite gradient: {}. Nothing was updated; the last "
-         "checkpoint is intact",
-         step_ + 1, r.grad_norm, first_non_finite(grads_));
+    fail(
+        "step {}: the gradient norm is {}; first non-finite gradient: {}. Nothing was updated; the last "
+        "checkpoint is intact",
+        step_ + 1, r.grad_norm, first_non_finite(grads_));
   opt_->step(params, grads_, r.lr);
   ++step_;
   return r;
@@ -269,8 +270,8 @@ void TrainSession::load_checkpoint(const std::string& path) {
   } catch (const nlohmann::json::parse_error& e) {
     fail("{}: train_state is not valid JSON: {}", path, e.what());
   }
-  if (auto c = f.metadata().find("config"); c == f.metadata().end() ||
-                                             nlohmann::json::parse(c->second) != model_->config().to_json())
+  if (auto c = f.metadata().find("config");
+      c == f.metadata().end() || nlohmann::json::parse(c->second) != model_->config().to_json())
     fail("{}: the checkpoint's config differs from this run's model config", path);
   for (const char* key : {"step", "optimizer_steps", "sampler_state"})
     if (!state.contains(key)) fail("{}: train_state has no \"{}\"", path, key);
@@ -280,8 +281,8 @@ void TrainSession::load_checkpoint(const std::string& path) {
          f.tensors().size(), expected);
   Arena& p = model_->params();
   for (const auto& e : p.entries()) {
-    for (auto [prefix, arena] : {std::pair<const char*, Arena*>{"", &p}, {"optimizer.m.", &opt_->m()},
-                                 {"optimizer.v.", &opt_->v()}}) {
+    for (auto [prefix, arena] :
+         {std::pair<const char*, Arena*>{"", &p}, {"optimizer.m.", &opt_->m()}, {"optimizer.v.", &opt_->v()}}) {
       const std::string name = prefix + e.name;
       const SafetensorsTensor& t = f.at(name);
       if (t.shape != e.shape.dims())
@@ -347,8 +348,7 @@ void run_training(TrainOptions o, const std::string& resume_dir, const std::vect
     // The model and tokenizer are the checkpoint's: --config and --tokenizer cannot change them.
     for (const char* key : {"config", "tokenizer"})
       if (std::count(given.begin(), given.end(), std::string(key)))
-        fail("--{} cannot be given with --resume: the checkpoint {} holds the model's config and tokenizer", key,
-             ckpt);
+        fail("--{} cannot be given with --resume: the checkpoint {} holds the model's config and tokenizer", key, ckpt);
     // The saved options, with the flags given now on top.
     const nlohmann::json now = o.to_json();
     for (const std::string& key : given)
@@ -446,17 +446,17 @@ void run_training(TrainOptions o, const std::string& resume_dir, const std::vect
     rec["tokens_per_s"] = tokens_per_s;
     rec["elapsed_s"] = elapsed;
     append_metrics(metrics, rec);
-    progress.message(std::isnan(e.val_loss)
-                         ? fmt::format("step {}: train loss {:.4f}", s.current_step(), e.train_loss)
-                         : fmt::format("step {}: train loss {:.4f}, val loss {:.4f}", s.current_step(), e.train_loss,
-                                       e.val_loss));
+    progress.message(std::isnan(e.val_loss) ? fmt::format("step {}: train loss {:.4f}", s.current_step(), e.train_loss)
+                                            : fmt::format("step {}: train loss {:.4f}, val loss {:.4f}",
+                                                          s.current_step(), e.train_loss, e.val_loss));
   };
   auto checkpoint = [&] {
     // Never replace the last good checkpoint with weights an update made non-finite.
     if (const std::string bad = first_non_finite(s.model().params()); !bad.empty())
-      fail("step {}: the weights hold a non-finite value after the update: {}; the last checkpoint ({}) is "
-           "intact",
-           s.current_step(), bad, ckpt);
+      fail(
+          "step {}: the weights hold a non-finite value after the update: {}; the last checkpoint ({}) is "
+          "intact",
+          s.current_step(), bad, ckpt);
     s.save_checkpoint(ckpt);
     s.save_model(model_path);
   };
