@@ -19,6 +19,7 @@
 #include "core/rng.h"
 #include "core/threads.h"
 #include "kernels/matmul.h"
+#include "model/model.h"
 #include "train/graph.h"
 #include "train/optimizer.h"
 

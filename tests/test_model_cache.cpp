@@ -12,6 +12,7 @@
 #include "kernels/norm.h"
 #include "kernels/rope.h"
 #include "model/model.h"
+#include "reference_block.h"
 #include "test_util.h"
 
 namespace tformer {
@@ -205,119 +206,70 @@ TEST(KVCache, PastTheContextOrCapacityIsAnErrorNamingTheNumbers) {
 }
 
 TEST(KVCache, ModelForwardEqualsTheReferenceBlockComposition) {
-  // The model's own layer loop (through the cache) against block_forward, the composition of
-  // reference kernels that tests/test_reference_block.cpp checks against PyTorch.
-  const int64_t T = 9, V = 29, d = 16;
+  // The model (through the cache, the one layer of model/layer.h) against the reference decoder:
+  // block_forward, the plain composition of reference kernels that tests/test_reference_block.cpp
+  // checks against PyTorch, with the weights read by their checkpoint names. Float model against
+  // the double reference; the same model in double against it to round-off.
+  const int64_t T = 9, V = 29;
   for (const char* cfg : kConfigs) {
     Model m = make_model(cfg);
     m.set_attention_kernel(AttentionKernel::Reference);
-    const auto& c = m.config();
     const auto ids = tokens(T, 8);
     std::vector<float> logits(T * V);
     m.forward(logits.data(), ids.data(), 1, T);
-    // Reference: embedding (+ positions), block_forward per layer, final norm, projection.
-    std::vector<float> x(T * d), y(T * d);
-    const float* emb = m.params().get("tok_embeddings.weight").data();
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t k = 0; k < d; ++k) x[t * d + k] = emb[ids[t] * d + k];
-    if (c.positions == Positions::Learned || c.positions == Positions::Sinusoidal) {
-      std::vector<float> pe(T * d);
-      if (c.positions == Positions::Sinusoidal)
-        sinusoidal_positions(pe.data(), T, d);
-      else
-        std::copy_n(m.params().get("pos_embeddings.weight").data(), T * d, pe.data());
-      for (int64_t i = 0; i < T * d; ++i) x[i] += pe[i];
-    }
-    for (int64_t l = 0; l < c.n_layers; ++l) {
-      block_forward<float>(y.data(), x.data(), 1, T, c.block_shape(), m.layer_weights(l));
-      std::swap(x, y);
-    }
-    std::vector<float> ref(T * V);
-    if (c.norm_placement == NormPlacement::Pre) {
-      std::vector<float> mean(T), rstd(T);
-      if (c.norm == NormKind::LayerNorm)
-        layernorm_forward<float>(y.data(), mean.data(), rstd.data(), x.data(), m.params().get("norm.weight").data(),
-                                 m.params().get("norm.bias").data(), T, d, 1e-5f);
-      else
-        rmsnorm_forward<float>(y.data(), rstd.data(), x.data(), m.params().get("norm.weight").data(), T, d, 1e-5f);
-      std::swap(x, y);
-    }
-    const float* out_w = m.params().get(c.tied_embeddings ? "tok_embeddings.weight" : "output.weight").data();
-    linear_forward<float>(ref.data(), x.data(), out_w, nullptr, T, d, V);
+    const auto weights = arena_in_double(m.params());
+    const std::vector<double> ref = reference_decoder_logits(m.config(), weights, ids);
     EXPECT_TRUE(all_close(logits, ref, 1e-5, 1e-5)) << cfg;
+
+    for (AttentionKernel kernel : {AttentionKernel::Reference, AttentionKernel::Tiled}) {
+      BasicModel<double> md(m.config());
+      md.set_attention_kernel(kernel);
+      for (const auto& e : md.params().entries()) {
+        const auto& w = weights.at(e.name);
+        std::copy(w.begin(), w.end(), md.params().view(e).begin());
+      }
+      std::vector<double> got(T * V);
+      md.forward(got.data(), ids.data(), 1, T);
+      EXPECT_TRUE(all_close(got, ref, 1e-12, 1e-12)) << cfg << " in double";
+      // Through the cache in chunks of 2: the same function.
+      BasicKVCache<double> cache = md.make_cache(1, T);
+      for (int64_t s = 0; s < T; s += 2) {
+        const int64_t n = std::min<int64_t>(2, T - s);
+        md.forward_cached(got.data() + s * V, ids.data() + s, 1, n, nullptr, cache, true);
+      }
+      EXPECT_TRUE(all_close(got, ref, 1e-12, 1e-12)) << cfg << " in double, chunked";
+    }
   }
 }
 
 // RoPE through the cache, on the whole model: a cached chunk's queries and keys are rotated at
-// their ABSOLUTE positions (cached length + t). This test recomputes a one-layer model's cached
-// chunk from the model's own weights and the public kernels, with the chunk's positions given
-// explicitly: at the absolute positions it reproduces the model's uncached logits; with the
-// positions restarted at zero (the classic cache bug: each chunk rotated as if it began the
-// sequence, while the prefix's keys keep their positions) the logits are clearly different.
+// their ABSOLUTE positions (cached length + t). The reference decoder, given every token's
+// position explicitly, reproduces the model's cached chunk when the chunk keeps its absolute
+// positions; with the chunk's positions restarted at zero (the classic cache bug: each chunk
+// rotated as if it began the sequence, while the prefix's keys keep their positions) the logits
+// are clearly different.
 TEST(KVCache, RestartingRopePositionsAtZeroForACachedChunkGivesWrongLogits) {
   Model m = make_model(R"({"positions": "rope", "n_kv_heads": 2, "rope_pairing": "adjacent", "n_layers": 1})");
-  const auto& c = m.config();
-  const int64_t L = 7, n = 3, T = L + n, V = 29, d = 16, hd = c.head_dim();
-  const int64_t dq = c.n_heads * hd, dkv = c.n_kv_heads * hd;
+  const int64_t L = 7, n = 3, T = L + n, V = 29;
   const auto ids = tokens(T, 21);
-  std::vector<float> want(T * V);
-  m.forward(want.data(), ids.data(), 1, T);  // uncached, positions 0..T-1
-
-  auto P = [&](const std::string& name) { return m.params().get(name).data(); };
-  const BlockWeights<float> w = m.layer_weights(0);
-  const RopeParams rp{hd, c.rope_base, c.rope_pairing};
-  auto norm = [&](float* y, const float* x, const float* g, const float* b, int64_t rows) {
-    std::vector<float> mean(rows), rstd(rows);
-    layernorm_forward<float>(y, mean.data(), rstd.data(), x, g, b, rows, d, 1e-5f);
-  };
-  // Keys and values of all T tokens; the prefix's always at positions 0..L-1 (as cached).
-  auto chunk_logits = [&](int64_t chunk_first_position) {
-    std::vector<float> x(T * d), u(T * d), q(T * dq), k(T * dkv), v(T * dkv);
-    const float* emb = P("tok_embeddings.weight");
-    for (int64_t t = 0; t < T; ++t) std::copy_n(emb + ids[t] * d, d, x.data() + t * d);
-    norm(u.data(), x.data(), w.attn_norm_w, w.attn_norm_b, T);
-    linear_forward<float>(q.data(), u.data(), w.wq, w.bq, T, d, dq);
-    linear_forward<float>(k.data(), u.data(), w.wk, w.bk, T, d, dkv);
-    linear_forward<float>(v.data(), u.data(), w.wv, w.bv, T, d, dkv);
-    std::vector<int64_t> pos(T);
-    for (int64_t t = 0; t < T; ++t) pos[t] = t < L ? t : chunk_first_position + (t - L);
-    rope_forward<float>(q.data(), pos.data(), T, c.n_heads, dq, rp);
-    rope_forward<float>(k.data(), pos.data(), T, c.n_kv_heads, dkv, rp);
-    // The chunk's n queries against all T cached slots, causal on the slot index (offset L).
-    std::vector<float> o(n * dq), br(n * d), h(n * d), u2(n * d), a(n * c.d_ff), act(n * c.d_ff), y(n * d);
-    const AttentionShape shape{1, n, T, c.n_heads, c.n_kv_heads, hd};
-    AttentionMask mask;
-    const int64_t offset = L;
-    mask.q_offset = &offset;
-    attention_forward<float>(heads_btHd(o.data(), n, c.n_heads, hd), nullptr,
-                             heads_btHd<const float>(q.data() + L * dq, n, c.n_heads, hd),
-                             heads_btHd<const float>(k.data(), T, c.n_kv_heads, hd),
-                             heads_btHd<const float>(v.data(), T, c.n_kv_heads, hd), shape, mask);
-    linear_forward<float>(br.data(), o.data(), w.wo, w.bo, n, dq, d);
-    for (int64_t i = 0; i < n * d; ++i) h[i] = x[L * d + i] + br[i];
-    norm(u2.data(), h.data(), w.ffn_norm_w, w.ffn_norm_b, n);
-    linear_forward<float>(a.data(), u2.data(), w.w1, w.b1, n, d, c.d_ff);
-    gelu_forward<float>(act.data(), a.data(), n * c.d_ff, GeluKind::Exact);
-    linear_forward<float>(br.data(), act.data(), w.w2, w.b2, n, c.d_ff, d);
-    for (int64_t i = 0; i < n * d; ++i) h[i] += br[i];
-    norm(y.data(), h.data(), P("norm.weight"), P("norm.bias"), n);
-    std::vector<float> logits(n * V);
-    linear_forward<float>(logits.data(), y.data(), P("tok_embeddings.weight"), nullptr, n, d, V);
-    return logits;
-  };
-  const std::vector<float> want_chunk(want.begin() + L * V, want.end());
-  EXPECT_TRUE(all_close(chunk_logits(L), want_chunk, 1e-5, 1e-5));  // absolute positions: right
-  const auto restarted = chunk_logits(0);
-  double worst = 0;
-  for (int64_t i = 0; i < n * V; ++i)
-    worst = std::max(worst, static_cast<double>(std::abs(restarted[i] - want_chunk[i])));
-  EXPECT_GT(worst, 0.05) << "restarting the chunk's positions at zero should change its logits";
-  // And the model's own cached path (prefill L, then the chunk) agrees with the uncached pass.
+  const auto weights = arena_in_double(m.params());
+  // The model's own cached path: prefill L, then the chunk.
   KVCache cache = m.make_cache(1, T);
   std::vector<float> prefill(L * V), chunk(n * V);
   m.forward_cached(prefill.data(), ids.data(), 1, L, nullptr, cache, true);
   m.forward_cached(chunk.data(), ids.data() + L, 1, n, nullptr, cache, true);
-  EXPECT_TRUE(all_close(chunk, want_chunk, 1e-5, 1e-5));
+
+  auto chunk_logits = [&](int64_t chunk_first_position) {
+    std::vector<int64_t> pos(T);
+    for (int64_t t = 0; t < T; ++t) pos[t] = t < L ? t : chunk_first_position + (t - L);
+    const std::vector<double> all = reference_decoder_logits(m.config(), weights, ids, pos.data());
+    return std::vector<double>(all.begin() + L * V, all.end());
+  };
+  EXPECT_TRUE(all_close(chunk, chunk_logits(L), 1e-5, 1e-5));  // absolute positions: right
+  const auto restarted = chunk_logits(0);
+  double worst = 0;
+  for (int64_t i = 0; i < n * V; ++i) worst = std::max(worst, std::abs(restarted[i] - static_cast<double>(chunk[i])));
+  EXPECT_GT(worst, 0.05) << "restarting the chunk's positions at zero should change its logits";
 }
 
 }  // namespace

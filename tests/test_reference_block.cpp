@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "model/block.h"
+#include "reference_block.h"
 #include "test_util.h"
 
 namespace tformer {

@@ -189,13 +189,28 @@ TEST(TrainGraph, TiledAndReferenceAttentionGiveTheSameGradients) {
       EXPECT_NEAR(l1, l2, 1e-5 * std::abs(l2)) << k.variant << " head width " << k.d_model / k.n_heads;
       tiled.backward(m.params(), g1);
       ref.backward(m.params(), g2);
-      // 1e-4 relative, plus float round-off: with these large random weights (std 0.3) both float
-      // paths are ~8e-6 (absolute, largest gradient ~1.2) from the double-precision graph, the
-      // tiled one no further than the reference, so the floor is 1e-5 of the largest gradient.
-      double scale = 0;
-      for (int64_t i = 0; i < g2.size(); ++i) scale = std::max(scale, static_cast<double>(std::abs(g2.data()[i])));
-      EXPECT_TRUE(test::all_close(g1.data(), g2.data(), g1.size(), 1e-4, 1e-5 * scale))
-          << k.variant << " head width " << k.d_model / k.n_heads;
+      // Both float paths against the double-precision graph (the reference kernel in double): the
+      // same function within float round-off, the tiled kernel no less accurate than the
+      // reference. With these large random weights (std 0.3) the round-off reaches ~4e-5 of the
+      // largest gradient (nanoGPT's shape, dropout 0.2), for either kernel.
+      BasicArena<double> pd, gd;
+      declare_model_params(pd, c);
+      pd.allocate();
+      std::copy(m.params().data(), m.params().data() + m.params().size(), pd.data());
+      gd.mirror(pd);
+      TrainGraph<double> exact(c, B, T, AttentionKernel::Reference);
+      exact.forward(pd, b.inputs.data(), b.targets.data(), training, 77);
+      exact.backward(pd, gd);
+      double scale = 0, err_tiled = 0, err_ref = 0;
+      for (int64_t i = 0; i < gd.size(); ++i) {
+        scale = std::max(scale, std::abs(gd.data()[i]));
+        err_tiled = std::max(err_tiled, std::abs(g1.data()[i] - gd.data()[i]));
+        err_ref = std::max(err_ref, std::abs(g2.data()[i] - gd.data()[i]));
+      }
+      const std::string where = fmt::format("{} head width {}", k.variant, k.d_model / k.n_heads);
+      EXPECT_TRUE(test::all_close(g1.data(), gd.data(), gd.size(), 1e-4, 1e-4 * scale)) << where << " tiled";
+      EXPECT_TRUE(test::all_close(g2.data(), gd.data(), gd.size(), 1e-4, 1e-4 * scale)) << where << " reference";
+      EXPECT_LE(err_tiled, 2 * err_ref + 1e-7 * scale) << where;
     }
 }
 

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/rng.h"
 
 namespace tformer {
 
@@ -55,9 +56,19 @@ bool enough_work(const AttentionShape& s) {
 
 }  // namespace
 
+namespace {
+// The factor probability (b, h, i, j) carries into the output: 1 without dropout, else 0 or 1/(1-p).
+double dropout_factor(const AttentionDropout& drop, const AttentionShape& s, int64_t b, int64_t h, int64_t i,
+                      int64_t j) {
+  if (!drop.active()) return 1.0;
+  const auto index = static_cast<uint64_t>(((b * s.n_heads + h) * s.n_q + i) * s.n_kv + j);
+  return dropout_kept(drop.key, index, drop.threshold) ? drop.scale : 0.0;
+}
+}  // namespace
+
 template <typename T>
 void attention_forward(HeadsView<T> out, T* probs, HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v,
-                       const AttentionShape& s, const AttentionMask& m) {
+                       const AttentionShape& s, const AttentionMask& m, const AttentionDropout& drop) {
   validate(s, m);
   const int64_t hd = s.head_dim, group = s.n_heads / s.n_kv_heads;
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
@@ -98,12 +109,13 @@ void attention_forward(HeadsView<T> out, T* probs, HeadsView<const T> q, HeadsVi
           T* prow = probs + ((b * s.n_heads + h) * s.n_q + i) * s.n_kv;
           for (int64_t j = 0; j < s.n_kv; ++j) prow[j] = static_cast<T>(p[j]);
         }
-        // out_i = sum_j P_ij v_j over the allowed j.
+        // out_i = sum_j P'_ij v_j over the allowed j (P' = P with dropout's mask and scale).
         std::fill(acc.begin(), acc.end(), 0.0);
         for (int64_t j = 0; j < s.n_kv; ++j) {
           if (!m.allowed(b, i, j)) continue;
+          const double pj = drop.active() ? p[j] * dropout_factor(drop, s, b, h, i, j) : p[j];
           const T* vj = v.at(b, j, g);
-          for (int64_t d = 0; d < hd; ++d) acc[d] += p[j] * static_cast<double>(vj[d]);
+          for (int64_t d = 0; d < hd; ++d) acc[d] += pj * static_cast<double>(vj[d]);
         }
         T* oi = out.at(b, i, h);
         for (int64_t d = 0; d < hd; ++d) oi[d] = static_cast<T>(acc[d]);
@@ -117,8 +129,8 @@ void attention_forward(HeadsView<T> out, T* probs, HeadsView<const T> q, HeadsVi
 //   P_ij = exp(S_ij - max_j S_ij) / sum_j exp(S_ij - max_j S_ij)   (row of zeros if none allowed)
 //   o_i  = sum_j P_ij v_j
 // and its gradient, from the saved P:
-//   dV_j += sum_i P_ij dO_i
-//   dP_ij = dO_i . V_j
+//   dV_j += sum_i P'_ij dO_i                 P'_ij = P_ij M_ij (M: dropout's 0 or 1/(1-p); 1 without)
+//   dP_ij = (dO_i . V_j) M_ij
 //   dS_ij = P_ij (dP_ij - sum_j' P_ij' dP_ij')
 //   dQ_i += scale * sum_j dS_ij K_j
 //   dK_j += scale * sum_i dS_ij Q_i
@@ -127,7 +139,7 @@ void attention_forward(HeadsView<T> out, T* probs, HeadsView<const T> q, HeadsVi
 template <typename T>
 void attention_backward(HeadsView<T> dq, HeadsView<T> dk, HeadsView<T> dv, HeadsView<const T> dout, const T* probs,
                         HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v, const AttentionShape& s,
-                        const AttentionMask& m) {
+                        const AttentionMask& m, const AttentionDropout& drop) {
   validate(s, m);
   TF_CHECK(probs != nullptr, "attention_backward: the saved probabilities are required");
   const int64_t hd = s.head_dim, group = s.n_heads / s.n_kv_heads;
@@ -149,7 +161,7 @@ void attention_backward(HeadsView<T> dq, HeadsView<T> dk, HeadsView<T> dv, Heads
           // dP_ij and the row's sum_j P_ij dP_ij (only allowed keys are read).
           double row_dot = 0;
           for (int64_t j = 0; j < s.n_kv; ++j) {
-            ds[j] = m.allowed(b, i, j) ? dot(doi, v.at(b, j, g), hd) : 0.0;
+            ds[j] = m.allowed(b, i, j) ? dot(doi, v.at(b, j, g), hd) * dropout_factor(drop, s, b, h, i, j) : 0.0;
             row_dot += static_cast<double>(prow[j]) * ds[j];
           }
           std::fill(dq_acc.begin(), dq_acc.end(), 0.0);
@@ -157,13 +169,14 @@ void attention_backward(HeadsView<T> dq, HeadsView<T> dk, HeadsView<T> dv, Heads
             if (!m.allowed(b, i, j)) continue;
             const double pij = static_cast<double>(prow[j]);
             const double dsij = pij * (ds[j] - row_dot);
+            const double pdrop = drop.active() ? pij * dropout_factor(drop, s, b, h, i, j) : pij;
             const T* kj = k.at(b, j, g);
             double* dkj = dk_acc.data() + j * hd;
             double* dvj = dv_acc.data() + j * hd;
             for (int64_t d = 0; d < hd; ++d) {
               dq_acc[d] += dsij * static_cast<double>(kj[d]);
               dkj[d] += dsij * static_cast<double>(qi[d]);
-              dvj[d] += pij * static_cast<double>(doi[d]);
+              dvj[d] += pdrop * static_cast<double>(doi[d]);
             }
           }
           T* dqi = dq.at(b, i, h);
@@ -183,15 +196,18 @@ void attention_backward(HeadsView<T> dq, HeadsView<T> dk, HeadsView<T> dv, Heads
 }
 
 template void attention_forward<float>(HeadsView<float>, float*, HeadsView<const float>, HeadsView<const float>,
-                                       HeadsView<const float>, const AttentionShape&, const AttentionMask&);
+                                       HeadsView<const float>, const AttentionShape&, const AttentionMask&,
+                                       const AttentionDropout&);
 template void attention_forward<double>(HeadsView<double>, double*, HeadsView<const double>, HeadsView<const double>,
-                                        HeadsView<const double>, const AttentionShape&, const AttentionMask&);
+                                        HeadsView<const double>, const AttentionShape&, const AttentionMask&,
+                                        const AttentionDropout&);
 template void attention_backward<float>(HeadsView<float>, HeadsView<float>, HeadsView<float>, HeadsView<const float>,
                                         const float*, HeadsView<const float>, HeadsView<const float>,
-                                        HeadsView<const float>, const AttentionShape&, const AttentionMask&);
+                                        HeadsView<const float>, const AttentionShape&, const AttentionMask&,
+                                        const AttentionDropout&);
 template void attention_backward<double>(HeadsView<double>, HeadsView<double>, HeadsView<double>,
                                          HeadsView<const double>, const double*, HeadsView<const double>,
                                          HeadsView<const double>, HeadsView<const double>, const AttentionShape&,
-                                         const AttentionMask&);
+                                         const AttentionMask&, const AttentionDropout&);
 
 }  // namespace tformer

@@ -15,6 +15,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "kernels/dropout.h"
+
 namespace tformer {
 
 // A [batch, time, heads, head_dim] tensor with head_dim contiguous and explicit strides for the
@@ -69,20 +71,30 @@ struct AttentionMask {
   }
 };
 
+// Dropout on the attention probabilities (training): with P the softmax, the output is
+// sum_j P'_ij v_j with P'_ij = P_ij * scale when element (b, h, i, j) is kept and 0 otherwise:
+// the mask's index of that element is ((b * n_heads + h) * n_q + i) * n_kv + j. Both kernels (this
+// reference and the tiled one) make the same decision for the same key. The saved probabilities
+// (and the tiled kernel's log-sum-exp) stay the undropped softmax's; the backward regenerates the
+// mask from the key instead of storing it.
+using AttentionDropout = DropoutMask;
+
 // Checks the shape (positive sizes, n_kv_heads divides n_heads, mask strides) and throws Error.
 void validate(const AttentionShape& s, const AttentionMask& m);
 
 // out: [B, n_q, n_heads, hd] view; probs: saved P, contiguous [B, n_heads, n_q, n_kv] (written;
-// masked entries are exactly 0). probs may be null when no backward follows (inference).
+// masked entries are exactly 0; undropped). probs may be null when no backward follows
+// (inference). drop: dropout on the probabilities as they weight the values.
 template <typename T>
 void attention_forward(HeadsView<T> out, T* probs, HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v,
-                       const AttentionShape& s, const AttentionMask& m);
+                       const AttentionShape& s, const AttentionMask& m, const AttentionDropout& drop = {});
 
 // Accumulates dq, dk, dv (+=) from dout and the saved probs (required). dk and dv have the kv
 // heads' shape [B, n_kv, n_kv_heads, hd]: a kv head's gradient sums over its group of query heads.
+// drop: the forward's dropout (same key, threshold and scale).
 template <typename T>
 void attention_backward(HeadsView<T> dq, HeadsView<T> dk, HeadsView<T> dv, HeadsView<const T> dout, const T* probs,
                         HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v, const AttentionShape& s,
-                        const AttentionMask& m);
+                        const AttentionMask& m, const AttentionDropout& drop = {});
 
 }  // namespace tformer

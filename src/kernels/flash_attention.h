@@ -28,18 +28,6 @@
 
 namespace tformer {
 
-// Dropout on the attention probabilities (training): with P the softmax, the output is
-// sum_j P'_ij v_j with P'_ij = P_ij * scale when element (b, h, i, j) is kept and 0 otherwise;
-// kept iff dropout_kept(key, ((b * n_heads + h) * n_q + i) * n_kv + j, threshold) (core/rng.h),
-// the same decision the reference path in train/graph.cpp makes. lse stays the undropped softmax's,
-// so the backward regenerates the mask from the same key instead of storing it. threshold 0 = off.
-struct AttentionDropout {
-  uint64_t key = 0;
-  uint64_t threshold = 0;
-  double scale = 1.0;  // 1 / (1 - p)
-  bool active() const { return threshold > 0; }
-};
-
 // out: [B, n_q, n_heads, hd] view (written). lse: contiguous [B, n_heads, n_q] (written; may be
 // null when no backward follows).
 template <typename T>

@@ -176,18 +176,4 @@ void ModelConfig::validate() {
   if (!(norm_eps > 0.0)) fail("model config: \"norm_eps\" must be positive, got {}", norm_eps);
 }
 
-BlockShape ModelConfig::block_shape() const {
-  BlockShape s;
-  s.d_model = d_model;
-  s.n_heads = n_heads;
-  s.n_kv_heads = n_kv_heads == 0 ? n_heads : n_kv_heads;
-  s.d_ff = d_ff == 0 ? 4 * d_model : d_ff;
-  s.norm = norm;
-  s.placement = norm_placement;
-  s.activation = activation;
-  s.norm_eps = norm_eps;
-  if (positions == Positions::Rope) s.rope = RopeParams{head_dim(), rope_base, rope_pairing};
-  return s;
-}
-
 }  // namespace tformer

@@ -27,11 +27,14 @@
 #include <cstdint>
 #include <string>
 
-#include "model/block.h"
+#include "kernels/rope.h"
 
 namespace tformer {
 
+enum class NormKind { LayerNorm, RMSNorm };
+enum class NormPlacement { Pre, Post };
 enum class Positions { Learned, Sinusoidal, Rope, None };
+enum class Activation { Gelu, GeluTanh, SwiGLU };
 
 struct ModelConfig {
   int64_t vocab_size = 0;
@@ -66,8 +69,6 @@ struct ModelConfig {
   // by n_kv_heads, odd head width with rope, odd d_model with sinusoidal positions, dropout outside
   // [0, 1), norm_eps <= 0, rope_base <= 1, vocab_size beyond the int32 token id range.
   void validate();
-  // The block's view of this config.
-  BlockShape block_shape() const;
 };
 
 std::string to_string(NormKind v);

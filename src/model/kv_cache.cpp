@@ -6,45 +6,57 @@
 
 namespace tformer {
 
-KVCache::KVCache(int64_t n_layers, int64_t batch, int64_t n_kv_heads, int64_t capacity, int64_t head_dim)
+template <typename T>
+BasicKVCache<T>::BasicKVCache(int64_t n_layers, int64_t batch, int64_t n_kv_heads, int64_t capacity, int64_t head_dim)
     : n_layers_(n_layers), batch_(batch), n_kv_heads_(n_kv_heads), capacity_(capacity), head_dim_(head_dim) {
   TF_CHECK(n_layers > 0 && batch > 0 && n_kv_heads > 0 && capacity > 0 && head_dim > 0,
            "KV cache: sizes must be positive (layers {}, batch {}, kv heads {}, capacity {}, head_dim {})", n_layers,
            batch, n_kv_heads, capacity, head_dim);
   const auto n = static_cast<size_t>(n_layers * batch * n_kv_heads * capacity * head_dim);
-  k_.assign(n, 0.0f);
-  v_.assign(n, 0.0f);
+  k_.assign(n, T(0));
+  v_.assign(n, T(0));
   length_.assign(static_cast<size_t>(batch), 0);
 }
 
-void KVCache::advance(int64_t b, int64_t n) {
+template <typename T>
+void BasicKVCache<T>::advance(int64_t b, int64_t n) {
   TF_CHECK(b >= 0 && b < batch_, "KV cache: sequence {} of a batch of {}", b, batch_);
   TF_CHECK(n >= 0 && length_[b] + n <= capacity_, "KV cache: sequence {} would hold {} tokens; capacity is {}", b,
            length_[b] + n, capacity_);
   length_[b] += n;
 }
 
-void KVCache::reset() { std::fill(length_.begin(), length_.end(), 0); }
+template <typename T>
+void BasicKVCache<T>::reset() {
+  std::fill(length_.begin(), length_.end(), 0);
+}
 
-HeadsView<float> KVCache::keys(int64_t layer) {
+template <typename T>
+HeadsView<T> BasicKVCache<T>::keys(int64_t layer) {
   TF_CHECK(layer >= 0 && layer < n_layers_, "KV cache: layer {} of {}", layer, n_layers_);
   return heads_bHTd(k_.data() + layer * batch_ * n_kv_heads_ * capacity_ * head_dim_, capacity_, n_kv_heads_,
                     head_dim_);
 }
 
-HeadsView<float> KVCache::values(int64_t layer) {
+template <typename T>
+HeadsView<T> BasicKVCache<T>::values(int64_t layer) {
   TF_CHECK(layer >= 0 && layer < n_layers_, "KV cache: layer {} of {}", layer, n_layers_);
   return heads_bHTd(v_.data() + layer * batch_ * n_kv_heads_ * capacity_ * head_dim_, capacity_, n_kv_heads_,
                     head_dim_);
 }
 
-int64_t KVCache::payload_bytes() const {
-  return 2 * n_layers_ * batch_ * n_kv_heads_ * capacity_ * head_dim_ * static_cast<int64_t>(sizeof(float));
+template <typename T>
+int64_t BasicKVCache<T>::payload_bytes() const {
+  return 2 * n_layers_ * batch_ * n_kv_heads_ * capacity_ * head_dim_ * static_cast<int64_t>(sizeof(T));
 }
 
-int64_t KVCache::used_bytes() const {
+template <typename T>
+int64_t BasicKVCache<T>::used_bytes() const {
   const int64_t tokens = std::accumulate(length_.begin(), length_.end(), int64_t{0});
-  return 2 * n_layers_ * n_kv_heads_ * tokens * head_dim_ * static_cast<int64_t>(sizeof(float));
+  return 2 * n_layers_ * n_kv_heads_ * tokens * head_dim_ * static_cast<int64_t>(sizeof(T));
 }
+
+template class BasicKVCache<float>;
+template class BasicKVCache<double>;
 
 }  // namespace tformer

@@ -15,10 +15,11 @@
 
 namespace tformer {
 
-class KVCache {
+template <typename T>
+class BasicKVCache {
  public:
-  KVCache() = default;
-  KVCache(int64_t n_layers, int64_t batch, int64_t n_kv_heads, int64_t capacity, int64_t head_dim);
+  BasicKVCache() = default;
+  BasicKVCache(int64_t n_layers, int64_t batch, int64_t n_kv_heads, int64_t capacity, int64_t head_dim);
 
   int64_t n_layers() const { return n_layers_; }
   int64_t batch() const { return batch_; }
@@ -36,18 +37,20 @@ class KVCache {
 
   // Keys / values of one layer, as a [batch, capacity, kv_heads, head_dim] view over the
   // [batch][kv_heads][capacity][head_dim] storage.
-  HeadsView<float> keys(int64_t layer);
-  HeadsView<float> values(int64_t layer);
+  HeadsView<T> keys(int64_t layer);
+  HeadsView<T> values(int64_t layer);
 
-  // 2 x layers x batch x kv_heads x capacity x head_dim x sizeof(float)
+  // 2 x layers x batch x kv_heads x capacity x head_dim x sizeof(T)
   int64_t payload_bytes() const;
   // The same formula with the filled slots in place of the capacity (sum over sequences).
   int64_t used_bytes() const;
 
  private:
   int64_t n_layers_ = 0, batch_ = 0, n_kv_heads_ = 0, capacity_ = 0, head_dim_ = 0;
-  std::vector<float, AlignedAllocator<float>> k_, v_;
+  std::vector<T, AlignedAllocator<T>> k_, v_;
   std::vector<int64_t> length_;
 };
+
+using KVCache = BasicKVCache<float>;
 
 }  // namespace tformer

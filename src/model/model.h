@@ -1,49 +1,43 @@
-// The decoder: token embedding, optional position embedding, n_layers blocks, final norm (pre-LN
-// only) and the vocabulary projection. Parameters live in one Arena under the checkpoint's tensor
-// names (docs/checkpoint-format.md), so saving is one write per tensor and the optimizer one loop.
+// The decoder for inference: token embedding, optional position embedding, n_layers layers
+// (model/layer.h, the one composition training uses too), final norm (pre-LN only) and the
+// vocabulary projection. Parameters live in one arena under the checkpoint's tensor names
+// (model/params.h has the list), so saving is one write per tensor and the optimizer one loop;
+// their typed views are resolved once, when the model is built.
 //
-//   tok_embeddings.weight        [vocab, d_model]
-//   pos_embeddings.weight        [context_length, d_model]       (positions = learned)
-//   layers.i.attn_norm.weight    [d_model]    .bias (layernorm only)
-//   layers.i.attn.wq.weight      [n_heads * hd, d_model]          .bias when bias
-//   layers.i.attn.wk.weight      [n_kv_heads * hd, d_model]       .bias when bias
-//   layers.i.attn.wv.weight      [n_kv_heads * hd, d_model]       .bias when bias
-//   layers.i.attn.wo.weight      [d_model, n_heads * hd]          .bias when bias
-//   layers.i.ffn_norm.weight     [d_model]    .bias (layernorm only)
-//   layers.i.ffn.w1.weight       [d_ff, d_model]                  .bias when bias
-//   layers.i.ffn.w2.weight       [d_model, d_ff]                  .bias when bias
-//   layers.i.ffn.w3.weight       [d_ff, d_model]                  (swiglu only) .bias when bias
-//   norm.weight                  [d_model]    .bias (layernorm)   (pre-LN only)
-//   output.weight                [vocab, d_model]                 (unless tied_embeddings)
+// Every pass runs through a KV cache (the uncached forward is the same code through a fresh one).
+// Its buffers are a workspace the model keeps and grows only when a chunk is larger than any
+// before: decoding one token after another allocates nothing, formats nothing, looks nothing up.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/arena.h"
-#include "kernels/embedding.h"
-#include "model/block.h"
 #include "model/config.h"
 #include "model/kv_cache.h"
+#include "model/layer.h"
+#include "model/params.h"
 
 namespace tformer {
 
-// Which attention kernel the model runs: the tiled exact kernel (kernels/flash_attention.h, the
-// default) or the plain reference that materialises every score (kernels/attention.h), for
-// debugging and cross-checks. A run-time setting, not part of the model (checkpoints don't store it).
-enum class AttentionKernel { Tiled, Reference };
-// "tiled" | "reference"; anything else is an Error naming the value.
-AttentionKernel parse_attention_kernel(const std::string& name);
-
-class Model {
+template <typename T>
+class BasicModel {
  public:
   // Validates the config and declares and allocates every parameter (zeros).
-  explicit Model(ModelConfig config);
+  explicit BasicModel(ModelConfig config);
+  // The views point into the arena: a copy would point into the original's.
+  BasicModel(const BasicModel&) = delete;
+  BasicModel& operator=(const BasicModel&) = delete;
+  BasicModel(BasicModel&&) noexcept = default;
+  BasicModel& operator=(BasicModel&&) noexcept = default;
 
   const ModelConfig& config() const { return config_; }
   void set_attention_kernel(AttentionKernel k) { attention_kernel_ = k; }
   AttentionKernel attention_kernel() const { return attention_kernel_; }
-  Arena& params() { return params_; }
+  BasicArena<T>& params() { return params_; }
+  // Typed views of every parameter (layer i's are weights().layers[i]).
+  const ModelParams<T>& weights() const { return weights_; }
   int64_t n_params() const;
 
   // GPT-2 initialisation: every matrix and embedding normal(0, 0.02), residual output projections
@@ -54,10 +48,10 @@ class Model {
   // Uncached forward: ids [batch, T] -> logits [batch, T, vocab], every sequence starting at
   // absolute position 0, causal. T <= context_length; ids in [0, vocab). It is forward_cached
   // through a fresh cache of capacity T: one code path for prefill, decode and full passes.
-  void forward(float* logits, const TokenId* ids, int64_t batch, int64_t n_tokens);
+  void forward(T* logits, const TokenId* ids, int64_t batch, int64_t n_tokens);
 
   // A cache sized for this model: `capacity` slots per sequence.
-  KVCache make_cache(int64_t batch, int64_t capacity) const;
+  BasicKVCache<T> make_cache(int64_t batch, int64_t capacity) const;
 
   // The next chunk of each sequence through the KV cache. ids: [batch, n]; token t of sequence b
   // sits at ABSOLUTE position cache.length(b) + t (RoPE angle, learned/sinusoidal row, causal
@@ -67,34 +61,37 @@ class Model {
   //   logits: [batch, n, vocab] when all_positions, else [batch, vocab] for each sequence's last
   //   valid token (a sequence with n_valid 0 gets zeros).
   // Positions past context_length, or past the cache's capacity, are an error naming the numbers.
-  void forward_cached(float* logits, const TokenId* ids, int64_t batch, int64_t n, const int64_t* n_valid,
-                      KVCache& cache, bool all_positions);
+  void forward_cached(T* logits, const TokenId* ids, int64_t batch, int64_t n, const int64_t* n_valid,
+                      BasicKVCache<T>& cache, bool all_positions);
 
-  // The block weights of layer i, as views into the arena.
-  BlockWeights<float> layer_weights(int64_t i);
+  // Grows the workspace to hold a chunk of `rows` token rows (batch x chunk) and `batch`
+  // sequences, so that the first forward of that size allocates nothing either.
+  void reserve(int64_t rows, int64_t batch);
 
  private:
-  // One sublayer of layer i; out may not alias u. positions [batch*n] are absolute.
-  void attention_sublayer(float* out, const float* u, int64_t layer, int64_t batch, int64_t n, const int64_t* positions,
-                          const int64_t* n_valid, KVCache& cache);
-  void ffn_sublayer(float* out, const float* u, int64_t layer, int64_t rows);
-  // norm_1 / norm_2 / final norm by name prefix ("layers.3.attn_norm", "norm").
-  void norm(float* y, const float* x, const std::string& prefix, int64_t rows);
+  // Buffers of one forward pass (the same ones for every layer), sized for `rows` token rows.
+  struct Workspace {
+    int64_t rows = 0, batch = 0;
+    BasicArena<T> arena;
+    LayerActs<T> acts;
+    LayerScratch<T> scratch;
+    T *x = nullptr, *y = nullptr;                    // (rows, d_model) the residual stream, in and out of a layer
+    T* final = nullptr;                              // (rows, d_model) the final norm's output / the last rows
+    T* final_normed = nullptr;                       // (rows, d_model)
+    T *final_mean = nullptr, *final_rstd = nullptr;  // (rows)
+    std::vector<int64_t> positions;                  // (rows) absolute positions
+    std::vector<TokenId> ids;                        // (rows) padding replaced by id 0
+    std::vector<int64_t> start, n_valid, kv_len;     // (batch)
+  };
 
   ModelConfig config_;
-  Arena params_;
-  std::vector<float> sinusoidal_;  // [context_length, d_model] when positions = sinusoidal
+  BasicArena<T> params_;
+  ModelParams<T> weights_;
+  std::vector<T> sinusoidal_;  // [context_length, d_model] when positions = sinusoidal
   AttentionKernel attention_kernel_ = AttentionKernel::Tiled;
+  Workspace ws_;
 };
 
-// Declares (does not allocate) every parameter of a model with this (validated) config under its
-// checkpoint name, in the order above: the one definition of the parameter layout, shared by Model
-// (float) and the training graph's double-precision checks.
-template <typename T>
-void declare_model_params(BasicArena<T>& params, const ModelConfig& config);
-
-// Vaswani et al.'s sinusoidal table: PE[p][2i] = sin(p / 10000^(2i/d)), PE[p][2i+1] = cos(same),
-// computed in double. out: [n_positions, d_model], d_model even.
-void sinusoidal_positions(float* out, int64_t n_positions, int64_t d_model);
+using Model = BasicModel<float>;
 
 }  // namespace tformer

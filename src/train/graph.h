@@ -3,22 +3,21 @@
 // its memory (activations, gradient scratch) is allocated once by the constructor, so a training
 // step allocates nothing.
 //
-// Forward (per layer; the same composition as Model, docs/architecture.md):
+// Forward: the decoder of model/layer.h, whose layer_forward / layer_backward the graph calls per
+// layer (the same composition the inference model runs):
 //   X[0]   = drop_e(tok[ids] + pos)                    pos: learned row, sinusoidal row or none
-//   pre:   h = X + drop_a(wo attn(norm_1(X)))          X' = h + drop_f(ffn(norm_2(h)))
-//   post:  h = norm_1(X + drop_a(wo attn(X)))          X' = norm_2(h + drop_f(ffn(h)))
+//   X[l+1] = layer_l(X[l])                             (model/layer.h: pre- or post-LN)
 //   logits = (pre: norm_f(X[L]), post: X[L]) * W_out^T     W_out = tok_embeddings when tied
 //   loss   = mean over counted targets of -log softmax(logits)[target]   (target -100 = ignored)
-// attn uses positions 0..context-1 for every row (RoPE angles, causal mask), as generation does
-// for a sequence starting at position 0.
+// Every row uses positions 0..context-1 (RoPE angles, causal mask), as generation does for a
+// sequence starting at position 0.
 //
 // Dropout (training only, probability config.dropout): on the embedding sum, on each residual
 // branch (after wo and after w2) and on the attention probabilities. Masks are counter-based
 // (a pure function of the step's seed, the site and the element index), so the backward
 // regenerates them instead of storing them, and results do not depend on the thread count.
-// Attention dropout: the tiled kernel regenerates the mask tile by tile from the same key
-// (kernels/flash_attention.h, AttentionDropout), so nothing of size [B, H, T, T] is stored; with
-// the reference kernel the graph applies the same mask to the saved probabilities.
+// Both attention kernels regenerate the attention mask from the same key, so nothing of size
+// [B, H, T, T] is stored for it.
 //
 // The backward accumulates (+=) into a gradient arena that mirrors the parameters, so gradient
 // accumulation over micro-batches is repeated forward/backward calls before one optimizer step.
@@ -29,10 +28,9 @@
 #include <vector>
 
 #include "core/arena.h"
-#include "kernels/embedding.h"
-#include "kernels/flash_attention.h"
 #include "model/config.h"
-#include "model/model.h"
+#include "model/layer.h"
+#include "model/params.h"
 
 namespace tformer {
 
@@ -63,34 +61,24 @@ class TrainGraph {
   int64_t context() const { return context_; }
 
  private:
-  struct Layer {
-    // parameter offsets in the arena (-1: absent)
-    int64_t n1w = -1, n1b = -1, wq = -1, bq = -1, wk = -1, bk = -1, wv = -1, bv = -1, wo = -1, bo = -1;
-    int64_t n2w = -1, n2b = -1, w1 = -1, b1 = -1, w2 = -1, b2 = -1, w3 = -1, b3 = -1;
-    // saved activations
-    T *x, *n1_in, *u1, *mean1, *rstd1, *q, *k, *v, *o, *lse, *probs, *h, *n2_in, *u2, *mean2, *rstd2, *a, *g;
-  };
-  AttentionDropout attention_dropout_(int64_t layer, bool on) const;
-  void attention_forward_(Layer& L, int64_t layer, bool training);
-  void attention_backward_(Layer& L, int64_t layer, T* dq, T* dk, T* dv, const T* dout);
-  void norm_forward_(T* y, T* mean, T* rstd, const T* x, const T* w, const T* b, int64_t rows);
-  void norm_backward_(T* dx, T* dw, T* db, const T* dy, const T* x, const T* mean, const T* rstd, const T* w,
-                      int64_t rows);
-  void dropout_(T* x, int64_t n, uint64_t site) const;  // x *= mask / (1 - p), mask from (seed, site)
-  bool dropout_on() const { return training_ && config_.dropout > 0; }
+  // Resolves the parameter (and gradient) views when the graph meets an arena it has not bound.
+  void bind_params(BasicArena<T>& params);
+  void bind_grads(BasicArena<T>& grads);
 
   ModelConfig config_;
   int64_t batch_, context_, rows_;
   AttentionKernel kernel_;
-  int64_t tok_ = -1, pos_ = -1, nfw_ = -1, nfb_ = -1, out_ = -1;  // parameter offsets
-  std::vector<Layer> layers_;
-  BasicArena<T> acts_;
+  BasicArena<T> acts_;                // every activation and the backward's scratch
+  std::vector<LayerActs<T>> layers_;  // kept per layer
+  LayerScratch<T> scratch_;           // shared by the layers
+  T *x_final_, *uf_, *meanf_, *rstdf_, *logits_, *dlogits_, *dx_, *du_;
   std::vector<TokenId> ids_, targets_;
-  std::vector<int64_t> positions_;
+  std::vector<int64_t> positions_;  // [batch * context]: 0..context-1 per row of windows
   std::vector<T> sinusoidal_;
-  T *x_final_, *uf_, *meanf_, *rstdf_, *logits_;
-  // backward scratch
-  T *dx_, *dy_, *du_, *dbr_, *dq_, *dk_, *dv_, *do_, *da_, *dg_, *dact_, *dlogits_;
+  const T* bound_params_ = nullptr;
+  const T* bound_grads_ = nullptr;
+  ModelParams<T> params_;
+  ModelGrads<T> grads_;
   int64_t count_ = 0;
   bool training_ = false;
   uint64_t seed_ = 0;

@@ -1,0 +1,62 @@
+// The linear layer over a typed weight view. A layer names its weights as Weight<T> and calls
+// these two functions; which storage format a weight has (dense float32 or float64 today; block
+// formats such as bf16 or q8_0 join the enum) is the kernel's business, so adding a weight type
+// changes this file and its kernels, never the layer code.
+//
+//   forward:  y[n, out] = x[n, in] W[out, in]^T + b[out]           (b may be null)
+//   backward: dx[n, in] += dy W;  dW[out, in] += dy^T x;  db[out] += sum_n dy   (each may be null)
+//
+// The weight's gradient is always dense (an array of T, [out, in]): training keeps its master
+// weights dense.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include "core/error.h"
+
+namespace tformer {
+
+enum class WeightType : uint8_t {
+  F32,  // float, [out, in] row-major
+  F64,  // double, [out, in] row-major
+};
+
+// The dense type whose values a Weight<T> holds directly.
+template <typename T>
+constexpr WeightType dense_weight_type() {
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>);
+  return std::is_same_v<T, float> ? WeightType::F32 : WeightType::F64;
+}
+
+// A [rows = out, cols = in] weight matrix in some storage format; T is the type of the
+// activations it multiplies. A default-constructed Weight is absent (null data).
+template <typename T>
+struct Weight {
+  WeightType type = dense_weight_type<T>();
+  const void* data = nullptr;
+  int64_t rows = 0, cols = 0;
+
+  static Weight dense(const T* values, int64_t rows, int64_t cols) {
+    return {dense_weight_type<T>(), values, rows, cols};
+  }
+  bool present() const { return data != nullptr; }
+  bool is_dense() const { return type == dense_weight_type<T>(); }
+  // The values of a dense weight; an Error for any other storage (a caller that needs T values,
+  // such as the weight gradient, cannot take a block format).
+  const T* dense_values() const {
+    TF_CHECK(is_dense() && data, "weight: dense values of a {}x{} weight that is not dense", rows, cols);
+    return static_cast<const T*>(data);
+  }
+};
+
+// y: [n, W.rows]; x: [n, W.cols]; b: [W.rows] or null.
+template <typename T>
+void linear_forward(T* y, const T* x, const Weight<T>& W, const T* b, int64_t n);
+
+// dx: [n, W.cols] (+=); dW: [W.rows, W.cols] (+=, dense); db: [W.rows] (+=); dy: [n, W.rows];
+// x: [n, W.cols] (read only when dW is wanted).
+template <typename T>
+void linear_backward(T* dx, T* dW, T* db, const T* dy, const T* x, const Weight<T>& W, int64_t n);
+
+}  // namespace tformer

@@ -1,0 +1,61 @@
+#include "model/params.h"
+
+#include <type_traits>
+
+namespace tformer {
+
+namespace {
+
+// Points one field at its tensor: a const or writable pointer, or a dense weight view.
+template <typename T, typename Field>
+void bind(Field& field, const TensorView<T>& view) {
+  if constexpr (std::is_same_v<Field, Weight<T>>)
+    field = Weight<T>::dense(view.data(), view.dim(0), view.dim(1));
+  else
+    field = view.data();
+}
+
+template <typename T, typename Model>
+void bind_all(Model& model, BasicArena<T>& arena, const ModelConfig& c) {
+  model.layers.resize(static_cast<size_t>(c.n_layers));
+  visit_model_tensors(model, c, [&](const std::string& name, const Shape& shape, auto& field) {
+    const TensorView<T> view = arena.get(name);
+    TF_CHECK(view.shape() == shape, "parameter {} has shape {}; the config needs {}", name, view.shape().str(),
+             shape.str());
+    bind<T>(field, view);
+  });
+}
+
+}  // namespace
+
+template <typename T>
+void declare_model_params(BasicArena<T>& params, const ModelConfig& c) {
+  ModelGrads<T> layout;
+  layout.layers.resize(static_cast<size_t>(c.n_layers));
+  visit_model_tensors(layout, c, [&](const std::string& name, const Shape& shape, auto&) { params.add(name, shape); });
+}
+
+template <typename T>
+ModelParams<T> model_params(BasicArena<T>& params, const ModelConfig& c) {
+  ModelParams<T> p;
+  bind_all(p, params, c);
+  if (c.tied_embeddings) p.output = Weight<T>::dense(p.tok_embeddings, c.vocab_size, c.d_model);
+  return p;
+}
+
+template <typename T>
+ModelGrads<T> model_grads(BasicArena<T>& grads, const ModelConfig& c) {
+  ModelGrads<T> g;
+  bind_all(g, grads, c);
+  if (c.tied_embeddings) g.output = g.tok_embeddings;
+  return g;
+}
+
+template void declare_model_params<float>(BasicArena<float>&, const ModelConfig&);
+template void declare_model_params<double>(BasicArena<double>&, const ModelConfig&);
+template ModelParams<float> model_params<float>(BasicArena<float>&, const ModelConfig&);
+template ModelParams<double> model_params<double>(BasicArena<double>&, const ModelConfig&);
+template ModelGrads<float> model_grads<float>(BasicArena<float>&, const ModelConfig&);
+template ModelGrads<double> model_grads<double>(BasicArena<double>&, const ModelConfig&);
+
+}  // namespace tformer
