@@ -32,7 +32,7 @@
 #include <string_view>
 #include <vector>
 
-#include "kernels/embedding.h"  // TokenId
+#include "core/types.h"
 
 namespace tformer {
 

@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "core/rng.h"
+#include "core/types.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tformer {
