@@ -418,7 +418,7 @@ TEST_F(DataTest, MetricsAppendAndTruncate) {
   ASSERT_EQ(lines.size(), 5u);  // the record without a step, and steps 1..4
   EXPECT_EQ(lines[0]["event"], "start");
   EXPECT_EQ(lines[4]["step"], 4);
-  EXPECT_FALSE(fs::exists(m + ".tmp"));
+  EXPECT_EQ(cache_files(dir_.string()), std::vector<std::string>{"metrics.jsonl"}) << "no temporary is left";
   append_metrics(m, {{"step", 5}, {"train_loss", 1.0}});
   EXPECT_EQ(read_jsonl(slurp(m)).size(), 6u);
 

@@ -21,13 +21,13 @@
 #include <charconv>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <sstream>
 #include <string>
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/file_io.h"
 #include "model/checkpoint.h"
 #include "tokenizer/byte_bpe.h"
 #include "tokenizer/byte_bpe_train.h"
@@ -42,12 +42,7 @@ std::string read_input(const std::string& path) {
     ss << std::cin.rdbuf();
     return std::move(ss).str();
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("{}: cannot open", path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) fail("{}: read failed", path);
-  return std::move(ss).str();
+  return read_file(path);
 }
 
 // Whitespace-separated decimal ids; errors name the offending word and its position.

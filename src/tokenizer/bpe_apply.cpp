@@ -12,6 +12,7 @@
 #include <unordered_set>
 
 #include "core/error.h"
+#include "core/file_io.h"
 #include "tokenizer/sennrich_bpe.h"
 
 namespace tformer {
@@ -497,7 +498,7 @@ SennrichBpe SennrichBpe::from_codes(std::string_view codes, const std::string& n
 }
 
 SennrichBpe SennrichBpe::load(const std::string& path, int64_t max_merges) {
-  return from_codes(text::read_file(path), path, max_merges);
+  return from_codes(read_file(path), path, max_merges);
 }
 
 SennrichBpe SennrichBpe::from_merges(const std::vector<std::pair<std::string, std::string>>& merges,

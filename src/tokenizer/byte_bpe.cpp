@@ -6,13 +6,12 @@
 #include <climits>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <queue>
-#include <sstream>
 #include <unordered_map>
 
 #include "core/error.h"
+#include "core/file_io.h"
 #include "tokenizer/gpt2_pretokenize.h"
 
 namespace tformer {
@@ -26,15 +25,6 @@ constexpr size_t kCacheSlots = size_t{1} << 14;
 // encode() splits a stretch of text over threads when it is at least this long.
 constexpr size_t kParallelMinBytes = size_t{4} << 20;
 constexpr size_t kParallelChunkBytes = size_t{1} << 20;
-
-std::string read_whole_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("{}: cannot open", path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) fail("{}: read failed", path);
-  return std::move(ss).str();
-}
 
 void append_utf8(std::string& out, uint32_t cp) {
   if (cp < 0x80) {
@@ -532,7 +522,7 @@ ByteBpeTokenizer ByteBpeTokenizer::load_gpt2(const std::string& encoder_path, co
   // encoder.json: {"token": id}
   nlohmann::json encoder;
   try {
-    encoder = nlohmann::json::parse(read_whole_file(encoder_path));
+    encoder = nlohmann::json::parse(read_file(encoder_path));
   } catch (const nlohmann::json::exception& e) {
     fail("{}: not valid JSON: {}", encoder_path, e.what());
   }
@@ -566,7 +556,7 @@ ByteBpeTokenizer ByteBpeTokenizer::load_gpt2(const std::string& encoder_path, co
   }
 
   // vocab.bpe: "#version: 0.2", then "first second" per line.
-  const std::string text = read_whole_file(vocab_path);
+  const std::string text = read_file(vocab_path);
   std::vector<Merge> merges;
   std::unordered_map<std::string, size_t> made_at;  // merge result bytes -> line (bytes: line 0)
   for (int b = 0; b < 256; ++b) made_at.emplace(std::string(1, static_cast<char>(b)), 0);
@@ -647,20 +637,8 @@ void ByteBpeTokenizer::save_gpt2(const std::string& encoder_path, const std::str
   std::string vocab = "#version: 0.2\n";
   for (const auto& [left, right] : merges_)
     vocab += gpt2_bytes_to_unicode(tokens_[left]) + " " + gpt2_bytes_to_unicode(tokens_[right]) + "\n";
-  const auto write = [](const std::string& path, const std::string& content) {
-    const std::string tmp = path + ".tmp";
-    {
-      std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-      if (!out) fail("{}: cannot write", tmp);
-      out << content;
-      if (!out) fail("{}: write failed", tmp);
-    }
-    std::error_code ec;
-    std::filesystem::rename(tmp, path, ec);
-    if (ec) fail("{}: cannot rename to {}: {}", tmp, path, ec.message());
-  };
-  write(encoder_path, encoder.dump());
-  write(vocab_path, vocab);
+  write_file_atomic(encoder_path, encoder.dump());
+  write_file_atomic(vocab_path, vocab);
 }
 
 nlohmann::json ByteBpeTokenizer::to_json() const {

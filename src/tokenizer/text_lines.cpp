@@ -1,12 +1,6 @@
 #include "tokenizer/text_lines.h"
 
-#include <cerrno>
-#include <cstdio>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
-
-#include "core/error.h"
 
 namespace tformer::text {
 
@@ -87,37 +81,6 @@ std::vector<std::string> split_lines(std::string_view s, LineMode mode) {
   std::vector<std::string> lines;
   for_each_line(s, mode, [&](std::string_view line) { lines.emplace_back(line); });
   return lines;
-}
-
-std::string read_file(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) fail("{}: cannot open for reading: {}", path, std::strerror(errno));
-  std::string data;
-  char buffer[1 << 16];
-  size_t got;
-  while ((got = std::fread(buffer, 1, sizeof buffer, f)) > 0) data.append(buffer, got);
-  const bool bad = std::ferror(f) != 0;
-  std::fclose(f);
-  if (bad) fail("{}: read error", path);
-  return data;
-}
-
-void write_file_atomic(const std::string& path, std::string_view bytes) {
-  const std::string tmp = path + ".tmp";
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (!f) fail("{}: cannot open for writing: {}", tmp, std::strerror(errno));
-  const bool ok = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
-  const bool closed = std::fclose(f) == 0;
-  if (!ok || !closed) {
-    std::remove(tmp.c_str());
-    fail("{}: write error", tmp);
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::remove(tmp.c_str());
-    fail("{}: cannot rename {} to it: {}", path, tmp, ec.message());
-  }
 }
 
 }  // namespace tformer::text

@@ -84,12 +84,6 @@ void for_each_line(std::string_view s, LineMode mode, Fn&& fn);
 // The lines of s under mode, terminators included (for tests and small inputs).
 std::vector<std::string> split_lines(std::string_view s, LineMode mode);
 
-// Reads a whole file as bytes; throws Error naming the file when it cannot be read.
-std::string read_file(const std::string& path);
-// Writes bytes to path through a temporary file in the same folder and a rename, so path is
-// never left half-written. Throws Error naming the file on failure.
-void write_file_atomic(const std::string& path, std::string_view bytes);
-
 // ---- implementation of the template ----
 
 template <typename Fn>

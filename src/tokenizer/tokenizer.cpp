@@ -3,10 +3,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "core/error.h"
+#include "core/file_io.h"
 #include "tokenizer/byte_bpe.h"
 #include "tokenizer/char_tokenizer.h"
 #include "tokenizer/sennrich_tokenizer.h"
@@ -41,11 +40,10 @@ std::unique_ptr<Tokenizer> tokenizer_from_json(const nlohmann::json& j) {
 }
 
 std::unique_ptr<Tokenizer> load_tokenizer_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("{}: cannot open tokenizer file", path);
+  const std::string text = read_file(path);
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(in);
+    j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     fail("{}: not a valid tokenizer JSON file: {}", path, e.what());
   }
@@ -59,16 +57,7 @@ std::unique_ptr<Tokenizer> load_tokenizer_file(const std::string& path) {
 }
 
 void save_tokenizer_file(const Tokenizer& tokenizer, const std::string& path) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) fail("{}: cannot write", tmp);
-    out << tokenizer.to_json().dump() << '\n';
-    if (!out) fail("{}: write failed", tmp);
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) fail("{}: cannot rename to {}: {}", tmp, path, ec.message());
+  write_file_atomic(path, tokenizer.to_json().dump() + "\n");
 }
 
 #ifndef TFORMER_GPT2_DEFAULT_DIR

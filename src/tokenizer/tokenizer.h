@@ -72,7 +72,7 @@ class Tokenizer {
 std::unique_ptr<Tokenizer> tokenizer_from_json(const nlohmann::json& j);
 // Reads a file holding a to_json() form (errors name the file).
 std::unique_ptr<Tokenizer> load_tokenizer_file(const std::string& path);
-// Writes to_json() to a file (through a temporary file and a rename).
+// Writes to_json() and a newline to a file, atomically (core/file_io.h); errors name the file.
 void save_tokenizer_file(const Tokenizer& tokenizer, const std::string& path);
 
 // The folder holding GPT-2's encoder.json and vocab.bpe: override_dir when not empty, else

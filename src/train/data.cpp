@@ -10,7 +10,7 @@
 #include <optional>
 
 #include "core/error.h"
-#include "tokenizer/text_lines.h"
+#include "core/file_io.h"
 
 namespace tformer {
 
@@ -84,7 +84,7 @@ std::optional<std::vector<TokenId>> read_cache(const std::string& path, uint64_t
   if (!std::filesystem::is_regular_file(path, ec)) return std::nullopt;
   std::string bytes;
   try {
-    bytes = text::read_file(path);
+    bytes = read_file(path);
   } catch (const Error&) {
     return std::nullopt;
   }
@@ -138,7 +138,7 @@ Part tokenize_part(std::string_view text, size_t begin, size_t end, uint64_t con
   std::error_code ec;
   std::filesystem::create_directories(cache_dir, ec);
   if (ec) fail("{}: cannot create the token cache folder: {}", cache_dir, ec.message());
-  text::write_file_atomic(path, encode_cache(key, part.ids));
+  write_file_atomic(path, encode_cache(key, part.ids));
   return part;
 }
 
@@ -149,7 +149,7 @@ std::string describe(const std::string& path, size_t begin, size_t end, size_t n
 }
 
 std::string read_nonempty(const std::string& path) {
-  std::string text = text::read_file(path);
+  std::string text = read_file(path);
   if (text.empty()) fail("{}: empty file", path);
   return text;
 }
@@ -257,8 +257,9 @@ void append_line(const std::string& path, const std::string& line) {
   std::FILE* f = std::fopen(path.c_str(), "ab");
   if (!f) fail("{}: cannot open for appending: {}", path, std::strerror(errno));
   const bool ok = std::fwrite(line.data(), 1, line.size(), f) == line.size() && std::fflush(f) == 0;
+  const int write_err = errno;
   const bool closed = std::fclose(f) == 0;
-  if (!ok || !closed) fail("{}: write error", path);
+  if (!ok || !closed) fail("{}: append failed: {}", path, std::strerror(ok ? errno : write_err));
 }
 }  // namespace
 
@@ -269,7 +270,7 @@ void append_metrics(const std::string& path, const nlohmann::ordered_json& recor
 void truncate_metrics_after(const std::string& path, int64_t step) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) return;
-  const std::string text = text::read_file(path);
+  const std::string text = read_file(path);
   std::string kept;
   size_t start = 0;
   int64_t line_no = 0;
@@ -290,7 +291,7 @@ void truncate_metrics_after(const std::string& path, int64_t step) {
     kept.append(line);
     kept.push_back('\n');
   }
-  text::write_file_atomic(path, kept);
+  write_file_atomic(path, kept);
 }
 
 }  // namespace tformer

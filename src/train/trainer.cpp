@@ -1,20 +1,15 @@
 #include "train/trainer.h"
 
 #include <fmt/format.h>
-#include <signal.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cmath>
-#include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <string_view>
 
 #include "core/error.h"
+#include "core/file_io.h"
 #include "core/rng.h"
 #include "core/threads.h"
 #include "io/safetensors.h"
@@ -302,12 +297,6 @@ void TrainSession::load_checkpoint(const std::string& path) {
 
 namespace {
 
-std::string read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("{}: cannot open", path);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -322,8 +311,8 @@ double seconds_since(Clock::time_point t0) { return std::chrono::duration<double
 
 std::unique_ptr<Tokenizer> training_tokenizer(const TrainOptions& o) {
   if (o.tokenizer == "char") {
-    std::string text = read_bytes(o.data);
-    if (!o.val_data.empty()) text += read_bytes(o.val_data);
+    std::string text = read_file(o.data);
+    if (!o.val_data.empty()) text += read_file(o.val_data);
     return std::make_unique<CharTokenizer>(CharTokenizer::from_corpus(text));
   }
   return tokenizer_by_name_or_model(o.tokenizer);
@@ -405,22 +394,13 @@ void run_training(TrainOptions o, const std::string& resume_dir, const std::vect
   TrainSession& s = *session;
   const TrainOptions& opt = s.options();
   const std::string out = opt.out;
-  // Temporary files of an earlier run killed while writing its checkpoint or model (the atomic
-  // writers' "<target>.tmp.<pid>.<n>"): never read, removed here so they do not pile up -- unless
-  // their process is still alive (another run writing into this folder right now).
-  {
-    std::error_code ec;
-    for (const auto& entry : fs::directory_iterator(out, ec)) {
-      const std::string name = entry.path().filename().string();
-      std::string_view rest;
-      for (std::string_view prefix : {"checkpoint.safetensors.tmp.", "model.safetensors.tmp."})
-        if (std::string_view(name).starts_with(prefix)) rest = std::string_view(name).substr(prefix.size());
-      if (rest.empty()) continue;
-      const long pid = std::strtol(std::string(rest.substr(0, rest.find('.'))).c_str(), nullptr, 10);
-      const bool alive = pid > 0 && pid != ::getpid() && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM);
-      if (!alive) fs::remove(entry.path(), ec);
-    }
-  }
+  // Temporary files of an earlier run killed while writing a file of the run folder (the atomic
+  // writers' "<target>.tmp.<pid>.<...>", core/file_io.h): never read, removed here so they do not
+  // pile up -- unless their process is still alive (another run writing into this folder right now).
+  remove_stale_temporaries(out, [](std::string_view target) {
+    return target == "checkpoint.safetensors" || target == "model.safetensors" || target == "metrics.jsonl" ||
+           (target.starts_with("tokens-") && target.ends_with(".bin"));
+  });
   const std::string metrics = (fs::path(out) / "metrics.jsonl").string();
   const std::string ckpt = (fs::path(out) / "checkpoint.safetensors").string();
   const std::string model_path = (fs::path(out) / "model.safetensors").string();

@@ -76,7 +76,7 @@ class TrainSession {
   // (seed, step): the same batches whenever the evaluation runs at this step.
   EvalResult evaluate();
 
-  // Atomic (temporary file, then rename).
+  // Atomic (core/file_io.h).
   void save_checkpoint(const std::string& path);
   void save_model(const std::string& path);
   // Restores weights, moments, step and sampler from a checkpoint written by save_checkpoint for
