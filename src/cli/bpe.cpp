@@ -23,6 +23,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/file_io.h"
+#include "core/utf8.h"
 #include "tokenizer/sennrich_bpe.h"
 #include "tokenizer/sennrich_tokenizer.h"
 
@@ -74,7 +75,7 @@ void run_learn(const LearnArgs& a) {
     for (const BpeWordCount& w : words)
       for (size_t i = 0; i < w.word.size();) {
         const size_t start = i;
-        i += text::utf8_length(static_cast<unsigned char>(w.word[i]));
+        i += utf8_sequence_length(static_cast<unsigned char>(w.word[i]));
         chars.emplace(w.word.substr(start, i - start));
       }
     const SennrichTokenizer tok =

@@ -13,7 +13,7 @@
 #include <thread>
 
 #include "core/error.h"
-#include "core/rng.h"
+#include "core/hash.h"
 
 namespace tformer {
 

@@ -17,6 +17,7 @@
 #include <utility>
 
 #include "core/file_io.h"
+#include "core/utf8.h"
 
 namespace tformer {
 
@@ -387,12 +388,10 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
   // (nlohmann only escapes the strings) so the entries keep the given order in linear time.
   std::string text = "{";
   auto quoted = [&](const std::string& s) {
-    try {
-      return nlohmann::json(s).dump();
-    } catch (const nlohmann::json::type_error& e) {
-      fail("{}: a tensor name or metadata string is not valid UTF-8 (string of {} bytes): {}", path, s.size(),
-           e.what());
-    }
+    if (const auto bad = find_invalid_utf8(s))
+      fail("{}: a tensor name or metadata string is not valid UTF-8 (string of {} bytes, invalid at byte {})", path,
+           s.size(), *bad);
+    return nlohmann::json(s).dump();
   };
   if (!metadata.empty()) {
     text += "\"__metadata__\":{";

@@ -88,13 +88,6 @@ std::string gpt2_vocab_dir(const std::string& override_dir = "");
 // A model file (.safetensors) is read by tokenizer_by_name_or_model (model/checkpoint.h).
 std::unique_ptr<Tokenizer> tokenizer_by_name(const std::string& name, const std::string& gpt2_dir = "");
 
-// Length of the complete, valid UTF-8 character at the start of s (1-4), 0 when s starts with a
-// byte sequence that is invalid UTF-8, and -1 when s is a valid but unfinished prefix of a
-// character (more bytes could complete it). Strict: no overlong forms, no surrogates, <= U+10FFFF.
-int utf8_char_length(std::string_view s);
-// True when s is entirely valid UTF-8.
-bool is_valid_utf8(std::string_view s);
-
 // Decodes ids one at a time, as generation prints them. feed() returns the bytes that now form
 // complete UTF-8 characters, together with bytes that are definitely not valid UTF-8 (these come
 // out as they are); a valid but unfinished character waits for the next token. flush() returns
