@@ -1,4 +1,4 @@
-// A minimal PNG writer: 8-bit RGB, our own DEFLATE (io/deflate.h), no external library.
+// A minimal PNG writer: 8-bit RGB, our own DEFLATE (plot/deflate.h), no external library.
 //
 // The file (all integers big-endian, as PNG wants):
 //   the 8-byte signature 89 50 4E 47 0D 0A 1A 0A

@@ -14,9 +14,9 @@
 
 #include "core/error.h"
 #include "core/rng.h"
-#include "io/deflate.h"
-#include "io/png.h"
-#include "train/plot.h"
+#include "plot/deflate.h"
+#include "plot/loss_curves.h"
+#include "plot/png.h"
 
 namespace tformer {
 namespace {

@@ -1,4 +1,4 @@
-#include "train/plot.h"
+#include "plot/loss_curves.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -9,7 +9,7 @@
 
 #include "core/error.h"
 #include "core/file_io.h"
-#include "io/png.h"
+#include "plot/png.h"
 
 namespace tformer {
 

@@ -1,11 +1,11 @@
-#include "io/png.h"
+#include "plot/png.h"
 
 #include <algorithm>
 #include <array>
 
 #include "core/error.h"
 #include "core/file_io.h"
-#include "io/deflate.h"
+#include "plot/deflate.h"
 
 namespace tformer {
 
