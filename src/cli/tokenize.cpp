@@ -126,6 +126,7 @@ void register_tokenize(CLI::App& app) {
   struct TrainOptions {
     std::string type = "byte-bpe", input, output, gpt2_output;
     ByteBpeTrainOptions train;
+    bool verbose = false;
   };
   auto topt = std::make_shared<TrainOptions>();
   auto* group = app.add_subcommand("tokenizer", "Tokenizer vocabularies");
@@ -137,8 +138,13 @@ void register_tokenize(CLI::App& app) {
   train->add_option("--output", topt->output, "Tokenizer JSON file to write")->required();
   train->add_option("--gpt2-output", topt->gpt2_output, "Also write encoder.json and vocab.bpe into this folder");
   train->add_option("--min-frequency", topt->train.min_frequency, "Never merge a pair seen fewer times");
-  train->add_flag("--verbose", topt->train.verbose, "Print each merge");
+  train->add_flag("--verbose", topt->verbose, "Print each merge");
   train->callback([topt] {
+    if (topt->verbose)
+      topt->train.on_merge = [](const ByteBpeMergeStep& m) {
+        fmt::print(stderr, "merge {}: {} + {} -> {} '{}' (count {})\n", m.number, m.left, m.right, m.merged,
+                   gpt2_bytes_to_unicode(m.bytes), m.count);
+      };
     const std::string corpus = read_input(topt->input);
     const ByteBpeTokenizer tok = train_byte_bpe(corpus, topt->train);
     save_tokenizer_file(tok, topt->output);
