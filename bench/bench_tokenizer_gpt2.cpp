@@ -8,11 +8,11 @@
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <memory>
-#include <sstream>
 #include <string>
 
+#include "core/error.h"
+#include "core/file_io.h"
 #include "core/threads.h"
 #include "tokenizer/byte_bpe.h"
 
@@ -26,11 +26,11 @@ std::string corpus_path() {
 
 const std::string* corpus() {
   static const std::unique_ptr<std::string> text = [] {
-    std::ifstream in(corpus_path(), std::ios::binary);
-    if (!in) return std::unique_ptr<std::string>();
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    return std::make_unique<std::string>(std::move(ss).str());
+    try {
+      return std::make_unique<std::string>(tformer::read_file(corpus_path()));
+    } catch (const tformer::Error&) {
+      return std::unique_ptr<std::string>();
+    }
   }();
   return text.get();
 }

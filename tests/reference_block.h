@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "core/arena.h"
+#include "core/types.h"
 #include "kernels/activation.h"
-#include "kernels/embedding.h"  // TokenId
 #include "kernels/rope.h"
 #include "model/config.h"
 

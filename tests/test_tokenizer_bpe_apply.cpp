@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/file_io.h"
 #include "core/rng.h"
 #include "tokenizer/sennrich_bpe.h"
 
@@ -19,7 +20,7 @@ using Pieces = std::vector<std::string>;
 // Ranks: 0 (l, o)  1 (lo, w</w>)  2 (e, s)  3 (es, t</w>)  4 (lo, w)
 const char* kToyCodes = "#version: 0.2\nl o\nlo w</w>\ne s\nes t</w>\nlo w\n";
 
-std::string fixture(const std::string& name) { return text::read_file("fixtures/bpe/" + name); }
+std::string fixture(const std::string& name) { return read_file("fixtures/bpe/" + name); }
 
 std::string error_of(const std::function<void()>& fn) {
   try {
@@ -206,7 +207,7 @@ TEST(BpeApply, RoundTripTinyShakespeare) {
     GTEST_SKIP() << "shared data not found at " << dir << " (fresh clone without ../shared)";
   const SennrichBpe bpe = SennrichBpe::load(dir + "tinyshakespeare.subword-nmt.s10000.codes");
   EXPECT_EQ(bpe.num_merges(), 10000);
-  std::string input = text::read_file(dir + "tinyshakespeare.txt");
+  std::string input = read_file(dir + "tinyshakespeare.txt");
 #if defined(__SANITIZE_ADDRESS__)
   input.resize(input.find('\n', 200000) + 1);
 #endif

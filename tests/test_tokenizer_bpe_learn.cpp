@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/file_io.h"
 #include "core/rng.h"
 #include "core/threads.h"
 #include "tokenizer/sennrich_bpe.h"
@@ -247,7 +248,7 @@ void expect_same_as_subword_nmt(const std::string& corpus, const std::string& co
   BpeLearnOptions options;
   options.merges = merges;
   const BpeLearnResult r = learn_bpe({dir + corpus}, options);
-  const std::string expected = text::read_file(dir + codes);
+  const std::string expected = read_file(dir + codes);
   std::vector<std::string> want = text::split_lines(expected, text::LineMode::kUniversal);
   want.resize(std::min<size_t>(want.size(), static_cast<size_t>(merges) + 1));
   const std::vector<std::string> got = text::split_lines(format_bpe_codes(r.merges), text::LineMode::kUniversal);

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "core/threads.h"
+#include "core/utf8.h"
 #include "tokenizer/byte_bpe.h"
 #include "tokenizer/byte_bpe_train.h"
 #include "tokenizer/gpt2_pretokenize.h"

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "core/utf8.h"
 #include "tokenizer/char_tokenizer.h"
 #include "tokenizer_test_util.h"
 

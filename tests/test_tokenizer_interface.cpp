@@ -1,4 +1,4 @@
-// The tokenizer interface: UTF-8 helpers, the streaming decoder, JSON (de)serialisation and the
+// The tokenizer interface: the streaming decoder, JSON (de)serialisation and the
 // factory by name. Tokenizer-specific behaviour is in test_tokenizer_char / test_tokenizer_bytebpe.
 #include <gtest/gtest.h>
 
@@ -15,28 +15,6 @@ namespace tformer {
 namespace {
 
 using namespace std::string_literals;
-
-TEST(Utf8, CharLengthClassifiesCompleteUnfinishedAndInvalid) {
-  EXPECT_EQ(utf8_char_length("a"), 1);
-  EXPECT_EQ(utf8_char_length("\xc3\xa9"), 2);          // é
-  EXPECT_EQ(utf8_char_length("\xe4\xb8\xad"), 3);      // 中
-  EXPECT_EQ(utf8_char_length("\xf0\x9f\x98\x80"), 4);  // 😀
-  EXPECT_EQ(utf8_char_length("\xc3"), -1);             // unfinished
-  EXPECT_EQ(utf8_char_length("\xf0\x9f\x98"), -1);
-  EXPECT_EQ(utf8_char_length(""), -1);
-  EXPECT_EQ(utf8_char_length("\x80"), 0);              // lone continuation byte
-  EXPECT_EQ(utf8_char_length("\xc0\xaf"), 0);          // overlong '/'
-  EXPECT_EQ(utf8_char_length("\xe0\x80\xaf"), 0);      // overlong
-  EXPECT_EQ(utf8_char_length("\xed\xa0\x80"), 0);      // surrogate U+D800
-  EXPECT_EQ(utf8_char_length("\xf4\x90\x80\x80"), 0);  // above U+10FFFF
-  EXPECT_EQ(utf8_char_length("\xff"), 0);
-  EXPECT_EQ(utf8_char_length("\xc3\x41"), 0);  // lead byte followed by ASCII
-  EXPECT_EQ(utf8_char_length("\xe4\xb8"), -1);
-  EXPECT_TRUE(is_valid_utf8("h\xc3\xa9llo \xf0\x9f\x98\x80"));
-  EXPECT_FALSE(is_valid_utf8("h\xc3"));
-  EXPECT_FALSE(is_valid_utf8("\xff"));
-  EXPECT_TRUE(is_valid_utf8(""));
-}
 
 // Feeds ids one at a time; returns the chunks, then the flush as the last element.
 std::vector<std::string> stream(const Tokenizer& tok, const std::vector<TokenId>& ids) {

@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "core/utf8.h"
 #include "tokenizer/byte_bpe.h"
 #include "tokenizer/byte_bpe_train.h"
 #include "tokenizer/sennrich_bpe.h"
@@ -39,7 +40,7 @@ std::vector<std::string> chars_of(std::string_view s) {
   std::set<std::string> chars;
   for (size_t i = 0; i < s.size();) {
     const size_t start = i;
-    i += text::utf8_length(static_cast<unsigned char>(s[i]));
+    i += utf8_sequence_length(static_cast<unsigned char>(s[i]));
     if (s[start] != ' ' && s[start] != '\n' && s[start] != '\r') chars.emplace(s.substr(start, i - start));
   }
   return {chars.begin(), chars.end()};

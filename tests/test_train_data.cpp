@@ -1,7 +1,6 @@
 // Training data: where --val-fraction splits a file (nanoGPT's split for a char tokenizer, never
 // inside a UTF-8 character), a separate validation file, the token cache (reuse, invalidation,
-// damaged files), the batch sampler's windows, seeds and saved state, the metrics log, and the
-// progress display's plain format.
+// damaged files), the batch sampler's windows, seeds and saved state, and the metrics log.
 #include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -17,9 +16,10 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/hash.h"
+#include "core/utf8.h"
 #include "tokenizer/char_tokenizer.h"
 #include "train/data.h"
-#include "train/progress.h"
 
 namespace tformer {
 namespace {
@@ -276,18 +276,15 @@ TEST_F(DataTest, DamagedCacheFilesAreRewrittenNeverTrusted) {
   EXPECT_THAT(load_dataset(abc, "", 0.0, small, cache).train_source, HasSubstr("(cached)"));
 }
 
-TEST(DataHash, DeterministicAndSensitive) {
-  const std::string s = known_text(300);
-  EXPECT_EQ(hash64(s), hash64(std::string(s)));
-  std::set<uint64_t> seen;
-  for (size_t n = 0; n <= s.size(); ++n) seen.insert(hash64(std::string_view(s).substr(0, n)));
-  EXPECT_EQ(seen.size(), s.size() + 1);  // every prefix differs
-  for (size_t i = 0; i < s.size(); i += 7) {
-    std::string t = s;
-    t[i] = static_cast<char>(t[i] ^ 1);
-    EXPECT_NE(hash64(t), hash64(s)) << i;
-  }
-  EXPECT_NE(hash64(s, 1), hash64(s, 2));
+// The cache's file names are hash64 keys (core/hash.h) of the content, the tokenizer, the range
+// and the options: pinned, so that a cache written by an earlier build is still found.
+TEST_F(DataTest, CacheFileNamesAreStable) {
+  const std::string file = put("data.txt", known_text(1000));
+  const CharTokenizer tok = CharTokenizer::from_corpus(known_text(1000));
+  const std::string cache = path("cache");
+  load_dataset(file, "", 0.1, tok, cache);
+  EXPECT_EQ(cache_files(cache),
+            (std::vector<std::string>{"tokens-2febb46946d3c72a.bin", "tokens-8f70dc69b7c38308.bin"}));
 }
 
 // ---- the sampler ------------------------------------------------------------------------------
@@ -418,7 +415,7 @@ TEST_F(DataTest, MetricsAppendAndTruncate) {
   ASSERT_EQ(lines.size(), 5u);  // the record without a step, and steps 1..4
   EXPECT_EQ(lines[0]["event"], "start");
   EXPECT_EQ(lines[4]["step"], 4);
-  EXPECT_FALSE(fs::exists(m + ".tmp"));
+  EXPECT_EQ(cache_files(dir_.string()), std::vector<std::string>{"metrics.jsonl"}) << "no temporary is left";
   append_metrics(m, {{"step", 5}, {"train_loss", 1.0}});
   EXPECT_EQ(read_jsonl(slurp(m)).size(), 6u);
 
@@ -438,56 +435,6 @@ TEST_F(DataTest, MetricsAppendAndTruncate) {
     EXPECT_THAT(e.what(), HasSubstr(path("bad.jsonl") + ":2:"));
   }
   EXPECT_THROW(append_metrics(path("no-such-folder/m.jsonl"), {{"step", 1}}), Error);
-}
-
-// ---- progress (plain format; nothing here is timed) -----------------------------------------------
-
-TEST(Progress, PlainLinesAndFormats) {
-  EXPECT_EQ(Progress::format_eta(62), "1:02");
-  EXPECT_EQ(Progress::format_eta(3723), "1:02:03");
-  EXPECT_EQ(Progress::format_eta(-1), "?");
-  EXPECT_EQ(Progress::format_rate(950), "950");
-  EXPECT_EQ(Progress::format_rate(41234), "41.2k");
-  EXPECT_EQ(Progress::format_rate(1234567), "1.23M");
-
-  Progress p(2000, /*force_plain=*/true);
-  EXPECT_FALSE(p.live());
-  EXPECT_EQ(p.plain_line(120, 2.3412346, 9.9e-4, 41234.4, 62.2),
-            "step 120/2000 loss 2.341235 lr 9.90e-04 tok/s 41234 eta 62s");
-  EXPECT_EQ(p.live_line(120, 2.3412346, 9.9e-4, 41234.4, 62.2),
-            "[#...................] step 120/2000 loss 2.3412 lr 9.9e-04 41.2k tok/s ETA 1:02");
-
-  testing::internal::CaptureStdout();
-  p.update(100, 3.0, 1e-3, 1000, 10.0);  // first update: no rate yet
-  p.message("step 100: val loss 3.1");
-  p.update(200, 2.5, 1e-3, 1000, 20.0);  // 10 s per 100 steps, 1800 steps left
-  p.finish();
-  EXPECT_EQ(testing::internal::GetCapturedStdout(),
-            "step 100/2000 loss 3.000000 lr 1.00e-03 tok/s 1000 eta ?\n"
-            "step 100: val loss 3.1\n"
-            "step 200/2000 loss 2.500000 lr 1.00e-03 tok/s 1000 eta 180s\n");
-}
-
-// The live line fits any terminal: the bar narrows to the room the fields leave (a terminal of
-// `columns` keeps its last column free, so \r returns to the line's start), disappears below 5
-// characters, then the fields are cut; the line is never wider than asked.
-TEST(Progress, LiveLineFitsTheTerminal) {
-  Progress p(2000, /*force_plain=*/true);
-  const std::string full = p.live_line(120, 2.3412346, 9.9e-4, 41234.4, 62.2);
-  const std::string fields = full.substr(23);  // after "[" + 20 bar characters + "] "
-  ASSERT_EQ(fields.substr(0, 9), "step 120/");
-  const double frac = 120.0 / 2000.0;
-  const int L = static_cast<int>(fields.size());
-  EXPECT_EQ(Progress::fit_line(frac, fields, 200), full);                             // room for the full bar
-  EXPECT_EQ(Progress::fit_line(frac, fields, L + 3 + 20), full);                      // exactly
-  EXPECT_EQ(Progress::fit_line(frac, fields, L + 3 + 10), "[..........] " + fields);  // 10-wide bar
-  EXPECT_EQ(Progress::fit_line(0.5, fields, L + 3 + 10), "[#####.....] " + fields);
-  EXPECT_EQ(Progress::fit_line(frac, fields, L + 3 + 5), "[.....] " + fields);  // the narrowest bar
-  EXPECT_EQ(Progress::fit_line(frac, fields, L + 3 + 4), fields);               // no bar
-  EXPECT_EQ(Progress::fit_line(frac, fields, 20), fields.substr(0, 20));        // fields cut
-  EXPECT_EQ(Progress::fit_line(frac, fields, 0), fields.substr(0, 1));          // never empty-width
-  for (int columns = 1; columns < 120; ++columns)
-    EXPECT_LE(Progress::fit_line(0.7, fields, columns).size(), static_cast<size_t>(columns)) << columns;
 }
 
 }  // namespace

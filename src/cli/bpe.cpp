@@ -15,7 +15,6 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <memory>
 #include <set>
 #include <string>
@@ -23,6 +22,8 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/file_io.h"
+#include "core/utf8.h"
 #include "tokenizer/sennrich_bpe.h"
 #include "tokenizer/sennrich_tokenizer.h"
 
@@ -67,14 +68,14 @@ void run_learn(const LearnArgs& a) {
     std::fwrite(codes.data(), 1, codes.size(), stdout);
     std::fflush(stdout);
   } else {
-    text::write_file_atomic(a.output, codes);
+    write_file_atomic(a.output, codes);
   }
   if (!a.tokenizer_output.empty()) {
     std::set<std::string> chars;
     for (const BpeWordCount& w : words)
       for (size_t i = 0; i < w.word.size();) {
         const size_t start = i;
-        i += text::utf8_length(static_cast<unsigned char>(w.word[i]));
+        i += utf8_sequence_length(static_cast<unsigned char>(w.word[i]));
         chars.emplace(w.word.substr(start, i - start));
       }
     const SennrichTokenizer tok =
@@ -85,50 +86,30 @@ void run_learn(const LearnArgs& a) {
   }
 }
 
-// Writes to standard output, or to a file through a temporary file renamed at the end.
+// Writes to standard output ("-"), or to a file atomically (core/file_io.h): the file appears
+// only once close() succeeds, and an error on the way leaves no trace of it.
 class OutputSink {
  public:
-  explicit OutputSink(const std::string& path) : path_(path) {
-    if (path_ == "-") {
-      f_ = stdout;
-      return;
-    }
-    tmp_ = path_ + ".tmp";
-    f_ = std::fopen(tmp_.c_str(), "wb");
-    if (!f_) fail("{}: cannot open for writing: {}", tmp_, std::strerror(errno));
-  }
-  ~OutputSink() {
-    if (f_ && f_ != stdout) {
-      std::fclose(f_);
-      std::remove(tmp_.c_str());
-    }
+  explicit OutputSink(const std::string& path) {
+    if (path != "-") file_ = std::make_unique<AtomicFile>(path);
   }
   void write(std::string_view bytes) {
-    if (!bytes.empty() && std::fwrite(bytes.data(), 1, bytes.size(), f_) != bytes.size())
-      fail("{}: write error", path_ == "-" ? "<stdout>" : tmp_);
+    if (file_) {
+      file_->write(bytes);
+    } else if (!bytes.empty() && std::fwrite(bytes.data(), 1, bytes.size(), stdout) != bytes.size()) {
+      fail("<stdout>: write error: {}", std::strerror(errno));
+    }
   }
   void close() {
-    if (f_ == stdout) {
-      if (std::fflush(stdout) != 0) fail("<stdout>: write error");
-      return;
-    }
-    const bool ok = std::fclose(f_) == 0;
-    f_ = nullptr;
-    if (!ok) {
-      std::remove(tmp_.c_str());
-      fail("{}: write error", tmp_);
-    }
-    std::error_code ec;
-    std::filesystem::rename(tmp_, path_, ec);
-    if (ec) {
-      std::remove(tmp_.c_str());
-      fail("{}: cannot rename {} to it: {}", path_, tmp_, ec.message());
+    if (file_) {
+      file_->commit();
+    } else if (std::fflush(stdout) != 0) {
+      fail("<stdout>: write error: {}", std::strerror(errno));
     }
   }
 
  private:
-  std::string path_, tmp_;
-  std::FILE* f_ = nullptr;
+  std::unique_ptr<AtomicFile> file_;
 };
 
 void run_apply(const ApplyArgs& a) {

@@ -3,15 +3,15 @@
 #include <fmt/format.h>
 
 #include <cstdio>
-#include <fstream>
 #include <sstream>
+#include <string>
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/file_io.h"
 #include "core/threads.h"
 #include "generate/generator.h"
 #include "model/checkpoint.h"
-#include "tokenizer/text_lines.h"
 
 namespace tformer::cli {
 
@@ -35,12 +35,15 @@ void run_generate(const GenerateArgs& a) {
   const Tokenizer& tok = *lm.tokenizer;
   std::vector<std::string> texts;
   if (!a.prompts_file.empty()) {
-    std::ifstream in(a.prompts_file, std::ios::binary);
-    if (!in) fail("{}: cannot open", a.prompts_file);
-    std::string line;
-    while (std::getline(in, line)) {
+    // One prompt per line ('\n'; a final '\n' ends the last line rather than starting an empty one).
+    const std::string file = read_file(a.prompts_file);
+    for (size_t start = 0; start < file.size();) {
+      size_t end = file.find('\n', start);
+      if (end == std::string::npos) end = file.size();
+      std::string line = file.substr(start, end - start);
       if (!line.empty() && line.back() == '\r') line.pop_back();  // CRLF files
-      texts.push_back(line);
+      texts.push_back(std::move(line));
+      start = end + 1;
     }
     if (texts.empty()) fail("{}: no prompts (one per line)", a.prompts_file);
   } else {
@@ -153,7 +156,7 @@ void run_logits(const LogitsArgs& a) {
     }
   }
   std::string bytes(reinterpret_cast<const char*>(logits.data()), logits.size() * sizeof(float));
-  text::write_file_atomic(a.out, bytes);
+  write_file_atomic(a.out, bytes);
 }
 
 }  // namespace

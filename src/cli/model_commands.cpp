@@ -3,12 +3,11 @@
 #include <fmt/format.h>
 
 #include <cmath>
-#include <fstream>
-#include <iterator>
 #include <vector>
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/file_io.h"
 #include "core/threads.h"
 #include "kernels/cross_entropy.h"
 #include "model/checkpoint.h"
@@ -16,12 +15,6 @@
 namespace tformer::cli {
 
 namespace {
-
-std::string read_file_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("{}: cannot open", path);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
 
 struct InitOptions {
   std::string config, out, tokenizer = "char", gpt2_dir;
@@ -57,7 +50,7 @@ void run_eval(const EvalOptions& o) {
   if (!lm.tokenizer) fail("{}: the model file carries no tokenizer", o.model);
   std::vector<TokenId> ids;
   try {
-    ids = lm.tokenizer->encode(read_file_bytes(o.data));
+    ids = lm.tokenizer->encode(read_file(o.data));
   } catch (const Error& e) {
     if (std::string_view(e.what()).starts_with(o.data)) throw;
     fail("{}: {}", o.data, e.what());  // the tokenizer names the position; this names the file

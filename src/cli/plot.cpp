@@ -9,8 +9,8 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
-#include "io/png.h"
-#include "train/plot.h"
+#include "plot/loss_curves.h"
+#include "plot/png.h"
 
 namespace tformer::cli {
 

@@ -21,13 +21,13 @@
 #include <charconv>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <sstream>
 #include <string>
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/file_io.h"
 #include "model/checkpoint.h"
 #include "tokenizer/byte_bpe.h"
 #include "tokenizer/byte_bpe_train.h"
@@ -42,12 +42,7 @@ std::string read_input(const std::string& path) {
     ss << std::cin.rdbuf();
     return std::move(ss).str();
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("{}: cannot open", path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) fail("{}: read failed", path);
-  return std::move(ss).str();
+  return read_file(path);
 }
 
 // Whitespace-separated decimal ids; errors name the offending word and its position.
@@ -131,6 +126,7 @@ void register_tokenize(CLI::App& app) {
   struct TrainOptions {
     std::string type = "byte-bpe", input, output, gpt2_output;
     ByteBpeTrainOptions train;
+    bool verbose = false;
   };
   auto topt = std::make_shared<TrainOptions>();
   auto* group = app.add_subcommand("tokenizer", "Tokenizer vocabularies");
@@ -142,8 +138,13 @@ void register_tokenize(CLI::App& app) {
   train->add_option("--output", topt->output, "Tokenizer JSON file to write")->required();
   train->add_option("--gpt2-output", topt->gpt2_output, "Also write encoder.json and vocab.bpe into this folder");
   train->add_option("--min-frequency", topt->train.min_frequency, "Never merge a pair seen fewer times");
-  train->add_flag("--verbose", topt->train.verbose, "Print each merge");
+  train->add_flag("--verbose", topt->verbose, "Print each merge");
   train->callback([topt] {
+    if (topt->verbose)
+      topt->train.on_merge = [](const ByteBpeMergeStep& m) {
+        fmt::print(stderr, "merge {}: {} + {} -> {} '{}' (count {})\n", m.number, m.left, m.right, m.merged,
+                   gpt2_bytes_to_unicode(m.bytes), m.count);
+      };
     const std::string corpus = read_input(topt->input);
     const ByteBpeTokenizer tok = train_byte_bpe(corpus, topt->train);
     save_tokenizer_file(tok, topt->output);

@@ -1,11 +1,11 @@
-// tformer train: train a model on a text file (train/trainer.h does the work).
+// tformer train: train a model on a text file (cli/train_run.h runs it, train/trainer.h trains).
 #include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "cli/commands.h"
-#include "train/trainer.h"
+#include "cli/train_run.h"
 
 namespace tformer::cli {
 

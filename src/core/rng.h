@@ -6,6 +6,7 @@
 // index range across threads produces the same numbers.
 #pragma once
 
+#include "core/hash.h"  // mix64
 #include "core/tensor.h"
 
 #include <array>
@@ -13,14 +14,6 @@
 #include <cstdint>
 
 namespace tformer {
-
-// splitmix64's output function: a bijective mixer of 64-bit words.
-inline uint64_t mix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
 
 class Rng {
  public:

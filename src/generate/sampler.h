@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "core/rng.h"
-#include "kernels/embedding.h"
+#include "core/types.h"
 
 namespace tformer {
 

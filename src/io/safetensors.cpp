@@ -7,7 +7,6 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <atomic>
 #include <bit>
 #include <cerrno>
 #include <cstring>
@@ -16,6 +15,9 @@
 #include <limits>
 #include <set>
 #include <utility>
+
+#include "core/file_io.h"
+#include "core/utf8.h"
 
 namespace tformer {
 
@@ -79,20 +81,6 @@ void pread_all(int fd, const std::string& path, void* dst, uint64_t n, uint64_t 
     out += got;
     offset += static_cast<uint64_t>(got);
     n -= static_cast<uint64_t>(got);
-  }
-}
-
-void write_all(int fd, const std::string& path, const void* src, uint64_t n) {
-  const auto* in = static_cast<const char*>(src);
-  while (n > 0) {
-    const size_t chunk = static_cast<size_t>(std::min<uint64_t>(n, uint64_t{1} << 30));
-    const ssize_t put = ::write(fd, in, chunk);
-    if (put < 0) {
-      if (errno == EINTR) continue;
-      fail("{}: write failed: {}", path, errno_text());
-    }
-    in += put;
-    n -= static_cast<uint64_t>(put);
   }
 }
 
@@ -394,70 +382,25 @@ void SafetensorsFile::read_bytes(const SafetensorsTensor& t, void* dst, uint64_t
 // -----------------------------------------------------------------------------------------------
 // Writing
 
-namespace {
-
-// The temporary file of one write: removed unless commit() renamed it over the target.
-class TempFile {
- public:
-  explicit TempFile(const std::string& target) : target_(target) {
-    static std::atomic<uint64_t> counter{0};
-    tmp_ = fmt::format("{}.tmp.{}.{}", target, ::getpid(), counter++);
-    fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd_ < 0) fail("{}: cannot create the temporary file {}: {}", target, tmp_, errno_text());
-  }
-  TempFile(const TempFile&) = delete;
-  TempFile& operator=(const TempFile&) = delete;
-  ~TempFile() {
-    if (fd_ >= 0) ::close(fd_);
-    if (!committed_) ::unlink(tmp_.c_str());
-  }
-  int fd() const { return fd_; }
-
-  // Flushes to disk, closes and renames over the target; then syncs the folder so the new name
-  // survives a crash (best effort: a folder that cannot be opened is not an error).
-  void commit() {
-    if (::fsync(fd_) != 0) fail("{}: fsync failed: {}", target_, errno_text());
-    const int rc = ::close(fd_);
-    fd_ = -1;
-    if (rc != 0) fail("{}: close failed: {}", target_, errno_text());
-    if (::rename(tmp_.c_str(), target_.c_str()) != 0)
-      fail("{}: cannot rename {} over it: {}", target_, tmp_, errno_text());
-    committed_ = true;
-    std::string dir = std::filesystem::path(target_).parent_path().string();
-    if (dir.empty()) dir = ".";
-    const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-      ::fsync(dfd);
-      ::close(dfd);
-    }
-  }
-
- private:
-  std::string target_, tmp_;
-  int fd_ = -1;
-  bool committed_ = false;
-};
-
-}  // namespace
-
 void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
                        const std::map<std::string, std::string>& metadata) {
   // 1. The header, with every name and shape checked before any file is created. Built as text
   // (nlohmann only escapes the strings) so the entries keep the given order in linear time.
   std::string text = "{";
   auto quoted = [&](const std::string& s) {
-    try {
-      return nlohmann::json(s).dump();
-    } catch (const nlohmann::json::type_error& e) {
-      fail("{}: a tensor name or metadata string is not valid UTF-8 (string of {} bytes): {}", path, s.size(),
-           e.what());
-    }
+    if (const auto bad = find_invalid_utf8(s))
+      fail("{}: a tensor name or metadata string is not valid UTF-8 (string of {} bytes, invalid at byte {})", path,
+           s.size(), *bad);
+    return nlohmann::json(s).dump();
   };
   if (!metadata.empty()) {
     text += "\"__metadata__\":{";
     bool first = true;
     for (const auto& [key, value] : metadata) {
-      text += (first ? "" : ",") + quoted(key) + ":" + quoted(value);
+      text += first ? "" : ",";
+      text += quoted(key);
+      text += ':';
+      text += quoted(value);
       first = false;
     }
     text += "}";
@@ -475,7 +418,10 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
     if (!byte_count(t.shape, sizeof(float), &nbytes) || nbytes > std::numeric_limits<uint64_t>::max() - offset)
       fail("{}: tensor '{}': shape {} is too large", path, t.name, shape_str(t.shape));
     std::string dims;
-    for (size_t i = 0; i < t.shape.size(); ++i) dims += (i ? "," : "") + std::to_string(t.shape[i]);
+    for (size_t i = 0; i < t.shape.size(); ++i) {
+      if (i) dims += ',';
+      dims += std::to_string(t.shape[i]);
+    }
     text += fmt::format("{}{}:{{\"dtype\":\"F32\",\"shape\":[{}],\"data_offsets\":[{},{}]}}",
                         text.size() > 1 ? "," : "", quoted(t.name), dims, offset, offset + nbytes);
     sizes.push_back(nbytes);
@@ -487,18 +433,18 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
     fail("{}: the header would be {} bytes, over the limit of {}", path, text.size(), kSafetensorsMaxHeader);
 
   // 2. The bytes, into a temporary file that replaces `path` only once complete.
-  TempFile tmp(path);
+  AtomicFile file(path);
   unsigned char len_bytes[8];
   store_le64(len_bytes, text.size());
-  write_all(tmp.fd(), path, len_bytes, 8);
-  write_all(tmp.fd(), path, text.data(), text.size());
+  file.write(len_bytes, 8);
+  file.write(text);
   for (size_t i = 0; i < tensors.size(); ++i) {
     if (sizes[i] == 0) continue;
     if (tensors[i].data == nullptr)
       fail("{}: tensor '{}' has shape {} but no data", path, tensors[i].name, shape_str(tensors[i].shape));
-    write_all(tmp.fd(), path, tensors[i].data, sizes[i]);
+    file.write(tensors[i].data, sizes[i]);
   }
-  tmp.commit();
+  file.commit();
 }
 
 void write_arena(const std::string& path, Arena& arena, const std::map<std::string, std::string>& metadata) {

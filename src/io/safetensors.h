@@ -106,8 +106,9 @@ struct TensorToWrite {
 
 // Writes an F32 safetensors file: tensors laid out in the given order, `__metadata__` first in the
 // header (left out when metadata is empty), the header padded with spaces to a multiple of 8 bytes.
-// The bytes go to a temporary file beside `path` that is flushed, fsync'd and then renamed over
-// `path`: on any error the temporary is removed, `path` is left as it was, and Error names the path.
+// Written atomically (core/file_io.h): a temporary file beside `path`, flushed, fsync'd and renamed
+// over `path`; on any error the temporary is removed, `path` is left as it was, and Error names the
+// path.
 void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 

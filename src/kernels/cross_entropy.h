@@ -6,7 +6,7 @@
 // counted row it is 0 and the gradient is 0.
 #pragma once
 
-#include "kernels/embedding.h"
+#include "core/types.h"
 
 #include <cstdint>
 

@@ -4,9 +4,9 @@
 
 #include <cstdint>
 
-namespace tformer {
+#include "core/types.h"
 
-using TokenId = int32_t;
+namespace tformer {
 
 // out: [n, d]; ids: [n]; table: [vocab, d]. An id outside [0, vocab) throws Error naming the
 // position and the id.

@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "core/arena.h"
-#include "kernels/embedding.h"  // TokenId
+#include "core/types.h"
 #include "kernels/linear.h"
 #include "model/config.h"
 

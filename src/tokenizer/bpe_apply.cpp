@@ -12,6 +12,9 @@
 #include <unordered_set>
 
 #include "core/error.h"
+#include "core/file_io.h"
+#include "core/hash.h"
+#include "core/utf8.h"
 #include "tokenizer/sennrich_bpe.h"
 
 namespace tformer {
@@ -42,14 +45,14 @@ class MergeTable {
     mask_ = capacity - 1;
     for (size_t r = 0; r < by_rank.size(); ++r) {
       const uint64_t key = pair_key(by_rank[r][0], by_rank[r][1]);
-      size_t slot = mix(key) & mask_;
+      size_t slot = mix64(key) & mask_;
       while (slots_[slot].merge.rank >= 0) slot = (slot + 1) & mask_;
       slots_[slot] = {key, {static_cast<int32_t>(r), by_rank[r][2]}};
     }
   }
   const Merge* find(uint64_t key) const {
     if (slots_.empty()) return nullptr;
-    size_t slot = mix(key) & mask_;
+    size_t slot = mix64(key) & mask_;
     while (true) {
       const Slot& s = slots_[slot];
       if (s.merge.rank < 0) return nullptr;
@@ -59,11 +62,6 @@ class MergeTable {
   }
 
  private:
-  static uint64_t mix(uint64_t x) {
-    x ^= x >> 31;
-    x *= 0x9e3779b97f4a7c15ULL;
-    return x ^ (x >> 29);
-  }
   struct Slot {
     uint64_t key = 0;
     Merge merge{-1, -1};
@@ -78,7 +76,7 @@ struct StringHash {
 };
 
 bool is_one_code_point(std::string_view s) {
-  return !s.empty() && text::utf8_length(static_cast<unsigned char>(s[0])) == s.size();
+  return !s.empty() && utf8_sequence_length(static_cast<unsigned char>(s[0])) == s.size();
 }
 
 }  // namespace
@@ -155,7 +153,7 @@ struct SennrichBpe::Impl {
     size_t i = 0;
     while (i < word.size()) {
       const size_t start = i;
-      i += text::utf8_length(static_cast<unsigned char>(word[i]));
+      i += utf8_sequence_length(static_cast<unsigned char>(word[i]));
       const std::string_view ch = word.substr(start, i - start);
       const auto c0 = static_cast<unsigned char>(word[start]);
       int32_t id;
@@ -423,7 +421,7 @@ SennrichBpe& SennrichBpe::operator=(SennrichBpe&&) noexcept = default;
 SennrichBpe::~SennrichBpe() = default;
 
 SennrichBpe SennrichBpe::from_codes(std::string_view codes, const std::string& name, int64_t max_merges) {
-  if (auto bad = text::find_invalid_utf8(codes)) fail("{}: invalid UTF-8 at byte offset {}", name, *bad);
+  if (auto bad = find_invalid_utf8(codes)) fail("{}: invalid UTF-8 at byte offset {}", name, *bad);
   if (codes.empty()) fail("{}:1: empty codes file (expected '#version: 0.2' and one merge per line)", name);
   auto impl = std::make_unique<Impl>();
   // The first line, as Python's readline() on a codecs reader sees it.
@@ -497,7 +495,7 @@ SennrichBpe SennrichBpe::from_codes(std::string_view codes, const std::string& n
 }
 
 SennrichBpe SennrichBpe::load(const std::string& path, int64_t max_merges) {
-  return from_codes(text::read_file(path), path, max_merges);
+  return from_codes(read_file(path), path, max_merges);
 }
 
 SennrichBpe SennrichBpe::from_merges(const std::vector<std::pair<std::string, std::string>>& merges,
@@ -554,7 +552,7 @@ std::string SennrichBpe::apply_line(std::string_view line) const {
 }
 
 std::string SennrichBpe::apply_text(std::string_view text, text::LineMode mode, const std::string& name) const {
-  if (auto bad = text::find_invalid_utf8(text)) fail("{}: invalid UTF-8 at byte offset {}", name, *bad);
+  if (auto bad = find_invalid_utf8(text)) fail("{}: invalid UTF-8 at byte offset {}", name, *bad);
   std::vector<Impl::Cache> caches;
   std::string out;
   impl_->apply_lines(text, mode, caches, out);
@@ -571,8 +569,7 @@ void SennrichBpe::apply_stream(const std::function<size_t(char*, size_t)>& read,
   bool continuing = false;  // buffer[0] continues a line whose earlier words were written
   std::string out;
   auto check = [&](std::string_view part, size_t offset) {
-    if (auto bad = text::find_invalid_utf8(part))
-      fail("{}: invalid UTF-8 at byte offset {}", name, base + offset + *bad);
+    if (auto bad = find_invalid_utf8(part)) fail("{}: invalid UTF-8 at byte offset {}", name, base + offset + *bad);
   };
   for (bool eof = false; !eof;) {
     const size_t had = buffer.size();

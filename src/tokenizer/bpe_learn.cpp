@@ -17,6 +17,8 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "core/hash.h"
+#include "core/utf8.h"
 #include "tokenizer/sennrich_bpe.h"
 
 namespace tformer {
@@ -26,38 +28,13 @@ namespace {
 constexpr std::string_view kEndOfWord = "</w>";
 __extension__ typedef __int128 Int128;
 
-inline uint64_t hash64(uint64_t x) {
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdULL;
-  x ^= x >> 33;
-  x *= 0xc4ceb9fe1a85ec53ULL;
-  x ^= x >> 33;
-  return x;
-}
-
-inline uint64_t hash_bytes(std::string_view s) {
-  // FNV-1a over 8-byte words, then a final mix: fast for short words.
-  uint64_t h = 0xcbf29ce484222325ULL ^ s.size();
-  size_t i = 0;
-  for (; i + 8 <= s.size(); i += 8) {
-    uint64_t w;
-    std::memcpy(&w, s.data() + i, 8);
-    h = (h ^ w) * 0x100000001b3ULL;
-    h ^= h >> 29;
-  }
-  uint64_t tail = 0;
-  std::memcpy(&tail, s.data() + i, s.size() - i);
-  h = (h ^ tail) * 0x100000001b3ULL;
-  return hash64(h);
-}
-
 // Word -> count, open addressing; the map owns the bytes of its words in one arena.
 class WordCounter {
  public:
   WordCounter() { rehash(1 << 12); }
 
   void add(std::string_view word, uint64_t count) {
-    const uint64_t h = hash_bytes(word);
+    const uint64_t h = hash64(word);
     size_t slot = h & mask_;
     while (true) {
       Slot& s = slots_[slot];
@@ -155,7 +132,7 @@ void count_block(std::string_view text, const std::string& name, uint64_t base_o
 #pragma omp parallel for num_threads(n_threads) schedule(static, 1)
   for (int t = 0; t < n_threads; ++t) {
     const std::string_view chunk = text.substr(cuts[t], cuts[t + 1] - cuts[t]);
-    if (auto off = text::find_invalid_utf8(chunk)) {
+    if (auto off = find_invalid_utf8(chunk)) {
       bad[t] = cuts[t] + *off;
       continue;
     }
@@ -180,7 +157,7 @@ class PairIndex {
   PairIndex() { rehash(1 << 16); }
   // Returns the pair id, or -1.
   int64_t find(uint64_t key) const {
-    size_t slot = hash64(key) & mask_;
+    size_t slot = mix64(key) & mask_;
     while (true) {
       const Slot& s = slots_[slot];
       if (s.id < 0) return -1;
@@ -190,7 +167,7 @@ class PairIndex {
   }
   // Inserts key with id when absent; returns the id stored for key.
   int64_t insert(uint64_t key, int64_t id) {
-    size_t slot = hash64(key) & mask_;
+    size_t slot = mix64(key) & mask_;
     while (true) {
       Slot& s = slots_[slot];
       if (s.id < 0) {
@@ -215,7 +192,7 @@ class PairIndex {
     mask_ = capacity - 1;
     for (const Slot& s : old) {
       if (s.id < 0) continue;
-      size_t slot = hash64(s.key) & mask_;
+      size_t slot = mix64(s.key) & mask_;
       while (slots_[slot].id >= 0) slot = (slot + 1) & mask_;
       slots_[slot] = s;
     }
@@ -361,14 +338,14 @@ void Learner::build_words(const std::vector<BpeWordCount>& words) {
   offset_.reserve(words.size());
   for (const auto& w : words) {
     if (w.word.empty()) fail("learn_bpe: empty word");
-    if (auto bad = text::find_invalid_utf8(w.word)) fail("learn_bpe: word '{}' is not valid UTF-8", w.word);
+    if (auto bad = find_invalid_utf8(w.word)) fail("learn_bpe: word '{}' is not valid UTF-8", w.word);
     if (w.count == 0) continue;
     if (w.count > static_cast<uint64_t>(INT64_MAX)) fail("learn_bpe: count {} of '{}' is too large", w.count, w.word);
     offset_.push_back(syms_.size());
     size_t i = 0;
     while (i < w.word.size()) {
       const size_t start = i;
-      const uint32_t cp = text::next_code_point(w.word, i);
+      const uint32_t cp = next_code_point(w.word, i);
       if (cp == ' ' || cp == '\n' || cp == '\r') fail("learn_bpe: word '{}' contains a space or line break", w.word);
       const bool is_last = i == w.word.size();
       auto& table = is_last ? last : inner;

@@ -6,13 +6,14 @@
 #include <climits>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <queue>
-#include <sstream>
 #include <unordered_map>
 
 #include "core/error.h"
+#include "core/file_io.h"
+#include "core/hash.h"
+#include "core/utf8.h"
 #include "tokenizer/gpt2_pretokenize.h"
 
 namespace tformer {
@@ -26,28 +27,6 @@ constexpr size_t kCacheSlots = size_t{1} << 14;
 // encode() splits a stretch of text over threads when it is at least this long.
 constexpr size_t kParallelMinBytes = size_t{4} << 20;
 constexpr size_t kParallelChunkBytes = size_t{1} << 20;
-
-std::string read_whole_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("{}: cannot open", path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) fail("{}: read failed", path);
-  return std::move(ss).str();
-}
-
-void append_utf8(std::string& out, uint32_t cp) {
-  if (cp < 0x80) {
-    out.push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
-}
 
 struct ByteUnicodeTables {
   std::array<std::string, 256> byte_to_text;
@@ -85,11 +64,9 @@ std::optional<std::string> gpt2_unicode_to_bytes(std::string_view s) {
   while (i < s.size()) {
     const int len = utf8_char_length(s.substr(i));
     if (len <= 0 || len > 2) return std::nullopt;  // the alphabet is U+0021..U+0143: one or two bytes
-    const unsigned char c0 = static_cast<unsigned char>(s[i]);
-    const uint32_t cp = len == 1 ? c0 : ((c0 & 0x1Fu) << 6) | (static_cast<unsigned char>(s[i + 1]) & 0x3Fu);
+    const uint32_t cp = next_code_point(s, i);
     if (cp >= table.size() || table[cp] < 0) return std::nullopt;
     out.push_back(static_cast<char>(table[cp]));
-    i += static_cast<size_t>(len);
   }
   return out;
 }
@@ -137,29 +114,11 @@ class PairTable {
 
  private:
   static constexpr uint64_t kEmpty = ~uint64_t{0};
-  size_t slot(uint64_t key) const { return static_cast<size_t>((key * 0x9E3779B97F4A7C15ULL) >> 20) & mask_; }
+  size_t slot(uint64_t key) const { return static_cast<size_t>(mix64(key)) & mask_; }
   std::vector<uint64_t> keys_;
   std::vector<TokenId> values_;
   size_t mask_ = 0;
 };
-
-uint64_t hash_bytes(std::string_view s) {
-  uint64_t h = 0x9E3779B97F4A7C15ULL * (s.size() + 1);
-  const char* p = s.data();
-  size_t n = s.size();
-  for (; n >= 8; p += 8, n -= 8) {
-    uint64_t w;
-    std::memcpy(&w, p, 8);
-    h = (h ^ w) * 0xBF58476D1CE4E5B9ULL;
-    h ^= h >> 31;
-  }
-  if (n) {
-    uint64_t w = 0;
-    std::memcpy(&w, p, n);
-    h = (h ^ w) * 0x94D049BB133111EBULL;
-  }
-  return h ^ (h >> 29);
-}
 
 // Open addressing, linear probing: token bytes -> id. Keys of up to 16 bytes are stored in the
 // slot itself (zero-padded), so a lookup of a typical piece touches one cache line; longer keys are
@@ -180,9 +139,7 @@ class PieceTable {
     }
   }
   // The id of the token with exactly these bytes, or -1.
-  TokenId find(std::string_view s, const std::vector<std::string>& tokens) const {
-    return find(s, hash_bytes(s), tokens);
-  }
+  TokenId find(std::string_view s, const std::vector<std::string>& tokens) const { return find(s, hash64(s), tokens); }
   TokenId find(std::string_view s, uint64_t hash, const std::vector<std::string>& tokens) const {
     const Slot key = make(s, hash);
     for (size_t h = key.hash & mask_;; h = (h + 1) & mask_) {
@@ -201,7 +158,7 @@ class PieceTable {
     uint32_t len = 0;
     TokenId id = -1;
   };
-  static Slot make(std::string_view s) { return make(s, hash_bytes(s)); }
+  static Slot make(std::string_view s) { return make(s, hash64(s)); }
   static Slot make(std::string_view s, uint64_t hash) {
     Slot k;
     k.hash = hash;
@@ -432,7 +389,7 @@ void ByteBpeTokenizer::encode_chunk(std::string_view text, Cache& cache, std::ve
       out.push_back(id_of_byte_[static_cast<unsigned char>(piece[0])]);
       return;
     }
-    const uint64_t hash = hash_bytes(piece);
+    const uint64_t hash = hash64(piece);
     if (const TokenId whole = tables_->piece.find(piece, hash, tokens_); whole >= 0) {
       out.push_back(whole);
       return;
@@ -532,7 +489,7 @@ ByteBpeTokenizer ByteBpeTokenizer::load_gpt2(const std::string& encoder_path, co
   // encoder.json: {"token": id}
   nlohmann::json encoder;
   try {
-    encoder = nlohmann::json::parse(read_whole_file(encoder_path));
+    encoder = nlohmann::json::parse(read_file(encoder_path));
   } catch (const nlohmann::json::exception& e) {
     fail("{}: not valid JSON: {}", encoder_path, e.what());
   }
@@ -566,7 +523,7 @@ ByteBpeTokenizer ByteBpeTokenizer::load_gpt2(const std::string& encoder_path, co
   }
 
   // vocab.bpe: "#version: 0.2", then "first second" per line.
-  const std::string text = read_whole_file(vocab_path);
+  const std::string text = read_file(vocab_path);
   std::vector<Merge> merges;
   std::unordered_map<std::string, size_t> made_at;  // merge result bytes -> line (bytes: line 0)
   for (int b = 0; b < 256; ++b) made_at.emplace(std::string(1, static_cast<char>(b)), 0);
@@ -647,20 +604,8 @@ void ByteBpeTokenizer::save_gpt2(const std::string& encoder_path, const std::str
   std::string vocab = "#version: 0.2\n";
   for (const auto& [left, right] : merges_)
     vocab += gpt2_bytes_to_unicode(tokens_[left]) + " " + gpt2_bytes_to_unicode(tokens_[right]) + "\n";
-  const auto write = [](const std::string& path, const std::string& content) {
-    const std::string tmp = path + ".tmp";
-    {
-      std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-      if (!out) fail("{}: cannot write", tmp);
-      out << content;
-      if (!out) fail("{}: write failed", tmp);
-    }
-    std::error_code ec;
-    std::filesystem::rename(tmp, path, ec);
-    if (ec) fail("{}: cannot rename to {}: {}", tmp, path, ec.message());
-  };
-  write(encoder_path, encoder.dump());
-  write(vocab_path, vocab);
+  write_file_atomic(encoder_path, encoder.dump());
+  write_file_atomic(vocab_path, vocab);
 }
 
 nlohmann::json ByteBpeTokenizer::to_json() const {

@@ -1,7 +1,5 @@
 #include "tokenizer/byte_bpe_train.h"
 
-#include <fmt/format.h>
-
 #include <algorithm>
 #include <queue>
 #include <string>
@@ -113,9 +111,7 @@ ByteBpeTokenizer train_byte_bpe(std::string_view corpus, const ByteBpeTrainOptio
       token_bytes.push_back(bytes);
       token_of.emplace(bytes, merged);
       merges.emplace_back(a, b);
-      if (options.verbose)
-        fmt::print(stderr, "merge {}: {} + {} -> {} '{}' (count {})\n", merges.size(), a, b, merged,
-                   gpt2_bytes_to_unicode(bytes), top.count);
+      if (options.on_merge) options.on_merge({merges.size(), a, b, merged, bytes, top.count});
     }
     ++step;
     changed.clear();

@@ -21,16 +21,26 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <string>
 #include <string_view>
 
 #include "tokenizer/byte_bpe.h"
 
 namespace tformer {
 
+// One merge as it is made (for progress output).
+struct ByteBpeMergeStep {
+  size_t number;                // 1 for the first merge
+  TokenId left, right, merged;  // merged: the new token's id
+  const std::string& bytes;     // the new token's bytes
+  int64_t count;                // occurrences of (left, right) when it was chosen
+};
+
 struct ByteBpeTrainOptions {
-  int64_t vocab_size = 50257;  // bytes (256) + merges + <|endoftext|>
-  int64_t min_frequency = 2;   // a pair seen fewer times is never merged
-  bool verbose = false;        // print each merge to stderr
+  int64_t vocab_size = 50257;                                       // bytes (256) + merges + <|endoftext|>
+  int64_t min_frequency = 2;                                        // a pair seen fewer times is never merged
+  std::function<void(const ByteBpeMergeStep&)> on_merge = nullptr;  // called after each merge when set
 };
 
 ByteBpeTokenizer train_byte_bpe(std::string_view corpus, const ByteBpeTrainOptions& options);

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/utf8.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tformer {

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/utf8.h"
 #include "tokenizer/text_lines.h"
 
 namespace tformer {
@@ -23,7 +24,7 @@ static_assert(kReturnNewline + 1 == SennrichTokenizer::kFirstSymbol);
 bool is_separator(char c) { return c == ' ' || c == '\n' || c == '\r'; }
 
 bool is_one_code_point(std::string_view s) {
-  return !s.empty() && !text::find_invalid_utf8(s) && text::utf8_length(static_cast<unsigned char>(s[0])) == s.size();
+  return !s.empty() && !find_invalid_utf8(s) && utf8_sequence_length(static_cast<unsigned char>(s[0])) == s.size();
 }
 
 // True when s ends with a line break that subword-nmt keeps inside a word (text_lines.h).
@@ -255,7 +256,7 @@ void SennrichTokenizer::encode_stretch(std::string_view stretch, Cache& cache, s
 // their own, each invalid byte becomes its byte id.
 void SennrichTokenizer::encode_word(std::string_view word, Cache& cache, std::vector<TokenId>& out) const {
   while (!word.empty()) {
-    const auto bad = text::find_invalid_utf8(word);
+    const auto bad = find_invalid_utf8(word);
     const size_t good = bad ? *bad : word.size();
     if (good > 0) encode_stretch(word.substr(0, good), cache, out);
     if (!bad) break;

@@ -1,62 +1,6 @@
 #include "tokenizer/text_lines.h"
 
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
-
-#include "core/error.h"
-
 namespace tformer::text {
-
-std::optional<size_t> find_invalid_utf8(std::string_view s) {
-  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
-  const size_t n = s.size();
-  size_t i = 0;
-  while (i < n) {
-    // Eight ASCII bytes at a time.
-    if (i + 8 <= n) {
-      uint64_t w;
-      std::memcpy(&w, p + i, 8);
-      if ((w & 0x8080808080808080ULL) == 0) {
-        i += 8;
-        continue;
-      }
-    }
-    const unsigned char b0 = p[i];
-    if (b0 < 0x80) {
-      ++i;
-      continue;
-    }
-    size_t len;
-    unsigned char lo = 0x80, hi = 0xBF;  // allowed range of the second byte
-    if (b0 >= 0xC2 && b0 <= 0xDF) {
-      len = 2;
-    } else if (b0 >= 0xE0 && b0 <= 0xEF) {
-      len = 3;
-      if (b0 == 0xE0) lo = 0xA0;  // no overlong forms
-      if (b0 == 0xED) hi = 0x9F;  // no surrogates
-    } else if (b0 >= 0xF0 && b0 <= 0xF4) {
-      len = 4;
-      if (b0 == 0xF0) lo = 0x90;  // no overlong forms
-      if (b0 == 0xF4) hi = 0x8F;  // nothing above U+10FFFF
-    } else {
-      return i;
-    }
-    if (i + 1 >= n || p[i + 1] < lo || p[i + 1] > hi) return i;
-    for (size_t k = 2; k < len; ++k)
-      if (i + k >= n || (p[i + k] & 0xC0) != 0x80) return i;
-    i += len;
-  }
-  return std::nullopt;
-}
-
-size_t count_code_points(std::string_view s) {
-  size_t count = 0;
-  for (char c : s) count += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
-  return count;
-}
 
 size_t splitlines_break_at(std::string_view s, size_t i) {
   const unsigned char c = static_cast<unsigned char>(s[i]);
@@ -87,37 +31,6 @@ std::vector<std::string> split_lines(std::string_view s, LineMode mode) {
   std::vector<std::string> lines;
   for_each_line(s, mode, [&](std::string_view line) { lines.emplace_back(line); });
   return lines;
-}
-
-std::string read_file(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) fail("{}: cannot open for reading: {}", path, std::strerror(errno));
-  std::string data;
-  char buffer[1 << 16];
-  size_t got;
-  while ((got = std::fread(buffer, 1, sizeof buffer, f)) > 0) data.append(buffer, got);
-  const bool bad = std::ferror(f) != 0;
-  std::fclose(f);
-  if (bad) fail("{}: read error", path);
-  return data;
-}
-
-void write_file_atomic(const std::string& path, std::string_view bytes) {
-  const std::string tmp = path + ".tmp";
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (!f) fail("{}: cannot open for writing: {}", tmp, std::strerror(errno));
-  const bool ok = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
-  const bool closed = std::fclose(f) == 0;
-  if (!ok || !closed) {
-    std::remove(tmp.c_str());
-    fail("{}: write error", tmp);
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::remove(tmp.c_str());
-    fail("{}: cannot rename {} to it: {}", path, tmp, ec.message());
-  }
 }
 
 }  // namespace tformer::text

@@ -1,9 +1,9 @@
 // Text the way Python 3 reads it, for tools that must agree with Python scripts byte for byte
 // (subword-nmt's learn_bpe.py and apply_bpe.py).
 //
-// UTF-8 is decoded strictly, as Python's 'utf-8' codec does: no overlong forms, no surrogates
-// (U+D800..U+DFFF), nothing above U+10FFFF, no truncated sequences. A U+FEFF byte-order mark is an
-// ordinary character.
+// UTF-8 is decoded strictly, as Python's 'utf-8' codec does (core/utf8.h): no overlong forms, no
+// surrogates (U+D800..U+DFFF), nothing above U+10FFFF, no truncated sequences. A U+FEFF byte-order
+// mark is an ordinary character.
 //
 // Two ways of splitting text into lines, because Python has two:
 //
@@ -30,40 +30,6 @@
 
 namespace tformer::text {
 
-// Byte offset of the first byte that makes s invalid UTF-8 (Python's strict rules), or nullopt.
-std::optional<size_t> find_invalid_utf8(std::string_view s);
-
-// Decodes the code point starting at s[i] (s must be valid UTF-8) and advances i past it.
-inline uint32_t next_code_point(std::string_view s, size_t& i) {
-  const auto b0 = static_cast<unsigned char>(s[i]);
-  if (b0 < 0x80) {
-    i += 1;
-    return b0;
-  }
-  if (b0 < 0xE0) {
-    const uint32_t cp = ((b0 & 0x1Fu) << 6) | (static_cast<unsigned char>(s[i + 1]) & 0x3Fu);
-    i += 2;
-    return cp;
-  }
-  if (b0 < 0xF0) {
-    const uint32_t cp = ((b0 & 0x0Fu) << 12) | ((static_cast<unsigned char>(s[i + 1]) & 0x3Fu) << 6) |
-                        (static_cast<unsigned char>(s[i + 2]) & 0x3Fu);
-    i += 3;
-    return cp;
-  }
-  const uint32_t cp = ((b0 & 0x07u) << 18) | ((static_cast<unsigned char>(s[i + 1]) & 0x3Fu) << 12) |
-                      ((static_cast<unsigned char>(s[i + 2]) & 0x3Fu) << 6) |
-                      (static_cast<unsigned char>(s[i + 3]) & 0x3Fu);
-  i += 4;
-  return cp;
-}
-
-// Length in bytes of the UTF-8 character whose first byte is b (valid UTF-8 assumed).
-inline size_t utf8_length(unsigned char b) { return b < 0x80 ? 1 : b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4; }
-
-// Number of code points in valid UTF-8.
-size_t count_code_points(std::string_view s);
-
 enum class LineMode { kSplitlines, kUniversal };
 
 // Length in bytes of the line break that starts at s[i] under str.splitlines (0 when s[i] does not
@@ -83,12 +49,6 @@ void for_each_line(std::string_view s, LineMode mode, Fn&& fn);
 
 // The lines of s under mode, terminators included (for tests and small inputs).
 std::vector<std::string> split_lines(std::string_view s, LineMode mode);
-
-// Reads a whole file as bytes; throws Error naming the file when it cannot be read.
-std::string read_file(const std::string& path);
-// Writes bytes to path through a temporary file in the same folder and a rename, so path is
-// never left half-written. Throws Error naming the file on failure.
-void write_file_atomic(const std::string& path, std::string_view bytes);
 
 // ---- implementation of the template ----
 

@@ -3,10 +3,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "core/error.h"
+#include "core/file_io.h"
+#include "core/utf8.h"
 #include "tokenizer/byte_bpe.h"
 #include "tokenizer/char_tokenizer.h"
 #include "tokenizer/sennrich_tokenizer.h"
@@ -41,11 +41,10 @@ std::unique_ptr<Tokenizer> tokenizer_from_json(const nlohmann::json& j) {
 }
 
 std::unique_ptr<Tokenizer> load_tokenizer_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("{}: cannot open tokenizer file", path);
+  const std::string text = read_file(path);
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(in);
+    j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     fail("{}: not a valid tokenizer JSON file: {}", path, e.what());
   }
@@ -59,16 +58,7 @@ std::unique_ptr<Tokenizer> load_tokenizer_file(const std::string& path) {
 }
 
 void save_tokenizer_file(const Tokenizer& tokenizer, const std::string& path) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) fail("{}: cannot write", tmp);
-    out << tokenizer.to_json().dump() << '\n';
-    if (!out) fail("{}: write failed", tmp);
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) fail("{}: cannot rename to {}: {}", tmp, path, ec.message());
+  write_file_atomic(path, tokenizer.to_json().dump() + "\n");
 }
 
 #ifndef TFORMER_GPT2_DEFAULT_DIR
@@ -119,50 +109,6 @@ std::unique_ptr<Tokenizer> tokenizer_by_name(const std::string& name, const std:
   if (!std::filesystem::exists(name))
     fail("tokenizer '{}': not 'gpt2', 'char', 'bpe:CODES' or 'byte-bpe:VOCAB', and no such file", name);
   return load_tokenizer_file(name);
-}
-
-int utf8_char_length(std::string_view s) {
-  if (s.empty()) return -1;
-  const auto b = [&](size_t i) { return static_cast<unsigned char>(s[i]); };
-  const unsigned char b0 = b(0);
-  if (b0 < 0x80) return 1;
-  int n;
-  unsigned char lo = 0x80, hi = 0xBF;  // allowed range of the second byte
-  if (b0 >= 0xC2 && b0 <= 0xDF) {
-    n = 2;
-  } else if (b0 >= 0xE0 && b0 <= 0xEF) {
-    n = 3;
-    if (b0 == 0xE0) lo = 0xA0;  // no overlong forms
-    if (b0 == 0xED) hi = 0x9F;  // no surrogates
-  } else if (b0 >= 0xF0 && b0 <= 0xF4) {
-    n = 4;
-    if (b0 == 0xF0) lo = 0x90;  // no overlong forms
-    if (b0 == 0xF4) hi = 0x8F;  // <= U+10FFFF
-  } else {
-    return 0;  // a continuation byte, C0, C1 or F5..FF
-  }
-  for (int i = 1; i < n; ++i) {
-    if (static_cast<size_t>(i) >= s.size()) return -1;
-    const unsigned char c = b(i);
-    const unsigned char l = i == 1 ? lo : 0x80, h = i == 1 ? hi : 0xBF;
-    if (c < l || c > h) return 0;
-  }
-  return n;
-}
-
-bool is_valid_utf8(std::string_view s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    const int n = utf8_char_length(s.substr(i));
-    if (n <= 0) return false;
-    i += static_cast<size_t>(n);
-  }
-  return true;
 }
 
 std::string StreamingDecoder::feed(TokenId id) {

@@ -32,7 +32,7 @@
 #include <string_view>
 #include <vector>
 
-#include "kernels/embedding.h"  // TokenId
+#include "core/types.h"
 
 namespace tformer {
 
@@ -72,7 +72,7 @@ class Tokenizer {
 std::unique_ptr<Tokenizer> tokenizer_from_json(const nlohmann::json& j);
 // Reads a file holding a to_json() form (errors name the file).
 std::unique_ptr<Tokenizer> load_tokenizer_file(const std::string& path);
-// Writes to_json() to a file (through a temporary file and a rename).
+// Writes to_json() and a newline to a file, atomically (core/file_io.h); errors name the file.
 void save_tokenizer_file(const Tokenizer& tokenizer, const std::string& path);
 
 // The folder holding GPT-2's encoder.json and vocab.bpe: override_dir when not empty, else
@@ -87,13 +87,6 @@ std::string gpt2_vocab_dir(const std::string& override_dir = "");
 // holding encoder.json and vocab.bpe), or else the path of a saved tokenizer file (to_json form).
 // A model file (.safetensors) is read by tokenizer_by_name_or_model (model/checkpoint.h).
 std::unique_ptr<Tokenizer> tokenizer_by_name(const std::string& name, const std::string& gpt2_dir = "");
-
-// Length of the complete, valid UTF-8 character at the start of s (1-4), 0 when s starts with a
-// byte sequence that is invalid UTF-8, and -1 when s is a valid but unfinished prefix of a
-// character (more bytes could complete it). Strict: no overlong forms, no surrogates, <= U+10FFFF.
-int utf8_char_length(std::string_view s);
-// True when s is entirely valid UTF-8.
-bool is_valid_utf8(std::string_view s);
 
 // Decodes ids one at a time, as generation prints them. feed() returns the bytes that now form
 // complete UTF-8 characters, together with bytes that are definitely not valid UTF-8 (these come

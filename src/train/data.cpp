@@ -10,32 +10,18 @@
 #include <optional>
 
 #include "core/error.h"
-#include "tokenizer/text_lines.h"
+#include "core/file_io.h"
+#include "core/hash.h"
+#include "core/utf8.h"
 
 namespace tformer {
 
 namespace {
 
-// ---- hashing -------------------------------------------------------------------------------------
-
-constexpr uint64_t kPrime1 = 0x9E3779B185EBCA87ULL;
-constexpr uint64_t kPrime2 = 0xC2B2AE3D27D4EB4FULL;
-constexpr uint64_t kPrime3 = 0x165667B19E3779F9ULL;
-constexpr uint64_t kPrime4 = 0x85EBCA77C2B2AE63ULL;
-constexpr uint64_t kPrime5 = 0x27D4EB2F165667C5ULL;
-
-inline uint64_t rotl64(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
 inline uint64_t load_le64(const unsigned char* p) {
   uint64_t v = 0;
   for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
   return v;
-}
-
-inline uint64_t round64(uint64_t acc, uint64_t input) {
-  acc += input * kPrime2;
-  acc = rotl64(acc, 31);
-  return acc * kPrime1;
 }
 
 // ---- little-endian fields ------------------------------------------------------------------------
@@ -84,7 +70,7 @@ std::optional<std::vector<TokenId>> read_cache(const std::string& path, uint64_t
   if (!std::filesystem::is_regular_file(path, ec)) return std::nullopt;
   std::string bytes;
   try {
-    bytes = text::read_file(path);
+    bytes = read_file(path);
   } catch (const Error&) {
     return std::nullopt;
   }
@@ -138,7 +124,7 @@ Part tokenize_part(std::string_view text, size_t begin, size_t end, uint64_t con
   std::error_code ec;
   std::filesystem::create_directories(cache_dir, ec);
   if (ec) fail("{}: cannot create the token cache folder: {}", cache_dir, ec.message());
-  text::write_file_atomic(path, encode_cache(key, part.ids));
+  write_file_atomic(path, encode_cache(key, part.ids));
   return part;
 }
 
@@ -149,41 +135,12 @@ std::string describe(const std::string& path, size_t begin, size_t end, size_t n
 }
 
 std::string read_nonempty(const std::string& path) {
-  std::string text = text::read_file(path);
+  std::string text = read_file(path);
   if (text.empty()) fail("{}: empty file", path);
   return text;
 }
 
 }  // namespace
-
-uint64_t hash64(std::string_view bytes, uint64_t seed) {
-  const auto* p = reinterpret_cast<const unsigned char*>(bytes.data());
-  const size_t n = bytes.size();
-  size_t i = 0;
-  uint64_t h;
-  if (n >= 32) {
-    uint64_t v1 = seed + kPrime1 + kPrime2, v2 = seed + kPrime2, v3 = seed, v4 = seed - kPrime1;
-    for (; i + 32 <= n; i += 32) {
-      v1 = round64(v1, load_le64(p + i));
-      v2 = round64(v2, load_le64(p + i + 8));
-      v3 = round64(v3, load_le64(p + i + 16));
-      v4 = round64(v4, load_le64(p + i + 24));
-    }
-    h = rotl64(v1, 1) + rotl64(v2, 7) + rotl64(v3, 12) + rotl64(v4, 18);
-    for (uint64_t v : {v1, v2, v3, v4}) h = (h ^ round64(0, v)) * kPrime1 + kPrime4;
-  } else {
-    h = seed + kPrime5;
-  }
-  h += n;
-  for (; i + 8 <= n; i += 8) h = rotl64(h ^ round64(0, load_le64(p + i)), 27) * kPrime1 + kPrime4;
-  for (; i < n; ++i) h = rotl64(h ^ (p[i] * kPrime5), 11) * kPrime1;
-  h ^= h >> 33;
-  h *= kPrime2;
-  h ^= h >> 29;
-  h *= kPrime3;
-  h ^= h >> 32;
-  return h;
-}
 
 size_t val_split_offset(std::string_view text, double val_fraction) {
   if (!(val_fraction >= 0.0 && val_fraction < 1.0)) fail("--val-fraction must be in [0, 1), got {}", val_fraction);
@@ -191,7 +148,7 @@ size_t val_split_offset(std::string_view text, double val_fraction) {
   if (val_fraction == 0.0) return n;
   auto cut = static_cast<size_t>(std::floor(static_cast<double>(n) * (1.0 - val_fraction)));
   if (cut > n) cut = n;
-  for (int k = 0; k < 3 && cut < n && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80; ++k) ++cut;
+  for (int k = 0; k < 3 && cut < n && is_utf8_continuation(static_cast<unsigned char>(text[cut])); ++k) ++cut;
   return cut;
 }
 
@@ -257,8 +214,9 @@ void append_line(const std::string& path, const std::string& line) {
   std::FILE* f = std::fopen(path.c_str(), "ab");
   if (!f) fail("{}: cannot open for appending: {}", path, std::strerror(errno));
   const bool ok = std::fwrite(line.data(), 1, line.size(), f) == line.size() && std::fflush(f) == 0;
+  const int write_err = errno;
   const bool closed = std::fclose(f) == 0;
-  if (!ok || !closed) fail("{}: write error", path);
+  if (!ok || !closed) fail("{}: append failed: {}", path, std::strerror(ok ? errno : write_err));
 }
 }  // namespace
 
@@ -269,7 +227,7 @@ void append_metrics(const std::string& path, const nlohmann::ordered_json& recor
 void truncate_metrics_after(const std::string& path, int64_t step) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) return;
-  const std::string text = text::read_file(path);
+  const std::string text = read_file(path);
   std::string kept;
   size_t start = 0;
   int64_t line_no = 0;
@@ -290,7 +248,7 @@ void truncate_metrics_after(const std::string& path, int64_t step) {
     kept.append(line);
     kept.push_back('\n');
   }
-  text::write_file_atomic(path, kept);
+  write_file_atomic(path, kept);
 }
 
 }  // namespace tformer

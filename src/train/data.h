@@ -24,7 +24,7 @@
 //   16      8        u64 key (the file name's digits)
 //   24      8        u64 count of ids
 //   32      4*count  i32 ids
-//   32+4c   8        u64 hash64 of the id bytes
+//   32+4c   8        u64 hash64 (core/hash.h) of the id bytes
 //
 // BatchSampler: row b of a batch is a window starting at s uniform in [0, n - context - 1] (Rng, one
 // draw per row in row order): inputs[b*T + t] = tokens[s + t], targets[b*T + t] = tokens[s + t + 1].
@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "core/rng.h"
+#include "core/types.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tformer {
@@ -62,10 +63,6 @@ Dataset load_dataset(const std::string& data_path, const std::string& val_data_p
 // The byte where --val-fraction f cuts a text: floor(size * (1 - f)), then forward past at most 3
 // UTF-8 continuation bytes (10xxxxxx). f in [0, 1).
 size_t val_split_offset(std::string_view text, double val_fraction);
-
-// A fast 64-bit hash of bytes (four lanes of xxHash64's round, then a finalising mix); the same on
-// every machine. Used for cache keys and the cache checksum; not cryptographic.
-uint64_t hash64(std::string_view bytes, uint64_t seed = 0);
 
 class BatchSampler {
  public:

@@ -1,30 +1,17 @@
 #include "train/trainer.h"
 
 #include <fmt/format.h>
-#include <signal.h>
-#include <unistd.h>
 
-#include <algorithm>
-#include <cerrno>
-#include <chrono>
 #include <cmath>
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
-#include <iterator>
-#include <string_view>
 
 #include "core/error.h"
+#include "core/file_io.h"
 #include "core/rng.h"
-#include "core/threads.h"
 #include "io/safetensors.h"
 #include "model/checkpoint.h"
 #include "tokenizer/char_tokenizer.h"
-#include "train/progress.h"
 
 namespace tformer {
-
-namespace fs = std::filesystem;
 
 // ---------------------------------------------------------------------------------------------
 // Options.
@@ -298,203 +285,26 @@ void TrainSession::load_checkpoint(const std::string& path) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The command.
+// The run's files.
 
-namespace {
-
-std::string read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("{}: cannot open", path);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+void TrainSession::save_run(const std::string& checkpoint_path, const std::string& model_path) {
+  // Never replace the last good checkpoint with weights an update made non-finite.
+  if (const std::string bad = first_non_finite(model_->params()); !bad.empty())
+    fail(
+        "step {}: the weights hold a non-finite value after the update: {}; the last checkpoint ({}) is "
+        "intact",
+        step_, bad, checkpoint_path);
+  save_checkpoint(checkpoint_path);
+  save_model(model_path);
 }
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-}  // namespace
 
 std::unique_ptr<Tokenizer> training_tokenizer(const TrainOptions& o) {
   if (o.tokenizer == "char") {
-    std::string text = read_bytes(o.data);
-    if (!o.val_data.empty()) text += read_bytes(o.val_data);
+    std::string text = read_file(o.data);
+    if (!o.val_data.empty()) text += read_file(o.val_data);
     return std::make_unique<CharTokenizer>(CharTokenizer::from_corpus(text));
   }
   return tokenizer_by_name_or_model(o.tokenizer);
-}
-
-void run_training(TrainOptions o, const std::string& resume_dir, const std::vector<std::string>& given) {
-  std::unique_ptr<TrainSession> session;
-  const bool resuming = !resume_dir.empty();
-  if (resuming) {
-    const std::string ckpt = (fs::path(resume_dir) / "checkpoint.safetensors").string();
-    if (!fs::exists(ckpt)) fail("--resume {}: no checkpoint.safetensors there", resume_dir);
-    const SafetensorsFile f = SafetensorsFile::open(ckpt);
-    const auto& meta = f.metadata();
-    for (const char* key : {"train_state", "config", "tokenizer"})
-      if (!meta.contains(key)) fail("{}: no \"{}\" in __metadata__; not a training checkpoint", ckpt, key);
-    nlohmann::json saved;
-    try {
-      saved = nlohmann::json::parse(meta.at("train_state")).at("options");
-    } catch (const nlohmann::json::exception& e) {
-      fail("{}: train_state has no readable options: {}", ckpt, e.what());
-    }
-    // The model and tokenizer are the checkpoint's: --config and --tokenizer cannot change them.
-    for (const char* key : {"config", "tokenizer"})
-      if (std::count(given.begin(), given.end(), std::string(key)))
-        fail("--{} cannot be given with --resume: the checkpoint {} holds the model's config and tokenizer", key, ckpt);
-    // The saved options, with the flags given now on top.
-    const nlohmann::json now = o.to_json();
-    for (const std::string& key : given)
-      if (now.contains(key)) saved[key] = now[key];
-    if (!std::count(given.begin(), given.end(), std::string("out"))) saved["out"] = resume_dir;
-    o = TrainOptions::from_json(saved, ckpt + ": train_state options");
-    set_num_threads(o.threads);
-    ModelConfig config = ModelConfig::from_json(nlohmann::json::parse(meta.at("config")), ckpt + ": config");
-    auto tok = tokenizer_from_json(nlohmann::json::parse(meta.at("tokenizer")));
-    Dataset data = load_dataset(o.data, o.val_data, o.val_fraction, *tok, o.out);
-    session = std::make_unique<TrainSession>(o, config, std::move(tok), std::move(data));
-    session->load_checkpoint(ckpt);
-    if (session->current_step() >= o.steps)
-      fail("{} already holds step {}; pass a larger --steps to continue", ckpt, session->current_step());
-    truncate_metrics_after((fs::path(o.out) / "metrics.jsonl").string(), session->current_step());
-  } else {
-    if (o.data.empty()) fail("--data is required");
-    if (o.out.empty()) fail("--out is required");
-    o.validate();
-    set_num_threads(o.threads);
-    if (fs::exists(fs::path(o.out) / "checkpoint.safetensors"))
-      fail("{} already holds a training run; continue it with --resume {} or choose another --out", o.out, o.out);
-    // Everything that can be checked is checked before the run folder is created, so a bad flag,
-    // config or file leaves nothing behind.
-    for (const std::string& f : {o.data, o.val_data}) {
-      if (f.empty()) continue;
-      if (!fs::is_regular_file(f)) fail("{}: no such file", f);
-      if (fs::file_size(f) == 0) fail("{}: empty file", f);
-    }
-    ModelConfig config = o.config.empty() ? ModelConfig{} : ModelConfig::from_file(o.config);
-    auto tok = training_tokenizer(o);
-    if (config.vocab_size == 0) config.vocab_size = tok->vocab_size();
-    if (config.vocab_size != tok->vocab_size())
-      fail("{}: vocab_size is {} but the tokenizer '{}' has {} tokens", o.config, config.vocab_size, o.tokenizer,
-           tok->vocab_size());
-    config.validate();
-    if (o.context > config.context_length)
-      fail("--context {} exceeds the config's context_length {}", o.context, config.context_length);
-    // The token cache goes into the run folder; a split too small for the context is only known
-    // once tokenized, so a folder this run created is removed again when the set-up fails.
-    const bool created = !fs::exists(o.out);
-    fs::create_directories(o.out);
-    try {
-      Dataset data = load_dataset(o.data, o.val_data, o.val_fraction, *tok, o.out);
-      session = std::make_unique<TrainSession>(o, config, std::move(tok), std::move(data));
-    } catch (...) {
-      std::error_code ec;
-      if (created) fs::remove_all(o.out, ec);
-      throw;
-    }
-    std::error_code ec;
-    fs::remove(fs::path(o.out) / "metrics.jsonl", ec);
-  }
-  TrainSession& s = *session;
-  const TrainOptions& opt = s.options();
-  const std::string out = opt.out;
-  // Temporary files of an earlier run killed while writing its checkpoint or model (the atomic
-  // writers' "<target>.tmp.<pid>.<n>"): never read, removed here so they do not pile up -- unless
-  // their process is still alive (another run writing into this folder right now).
-  {
-    std::error_code ec;
-    for (const auto& entry : fs::directory_iterator(out, ec)) {
-      const std::string name = entry.path().filename().string();
-      std::string_view rest;
-      for (std::string_view prefix : {"checkpoint.safetensors.tmp.", "model.safetensors.tmp."})
-        if (std::string_view(name).starts_with(prefix)) rest = std::string_view(name).substr(prefix.size());
-      if (rest.empty()) continue;
-      const long pid = std::strtol(std::string(rest.substr(0, rest.find('.'))).c_str(), nullptr, 10);
-      const bool alive = pid > 0 && pid != ::getpid() && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM);
-      if (!alive) fs::remove(entry.path(), ec);
-    }
-  }
-  const std::string metrics = (fs::path(out) / "metrics.jsonl").string();
-  const std::string ckpt = (fs::path(out) / "checkpoint.safetensors").string();
-  const std::string model_path = (fs::path(out) / "model.safetensors").string();
-  const int64_t eval_every = opt.eval_every;
-  const int64_t ckpt_every = opt.checkpoint_every > 0 ? opt.checkpoint_every : eval_every;
-  fmt::print("model: {} parameters, {} layers, d_model {}, {} heads, vocab {}; tokenizer {}\n", s.model().n_params(),
-             s.model().config().n_layers, s.model().config().d_model, s.model().config().n_heads,
-             s.model().config().vocab_size, opt.tokenizer);
-  fmt::print("data: train {} tokens ({}), validation {} tokens{}\n", s.data().train.size(), s.data().train_source,
-             s.data().val.size(), s.data().val_source.empty() ? "" : " (" + s.data().val_source + ")");
-  fmt::print("{} steps x {} tokens ({} x {} x {} accumulated), {} threads{}\n", opt.steps, s.tokens_per_step(),
-             opt.batch, s.tokens_per_step() / opt.batch / opt.grad_accum, opt.grad_accum, num_threads(),
-             resuming ? fmt::format("; resumed at step {}", s.current_step()) : "");
-  std::fflush(stdout);
-
-  StepResult last_step;
-  auto evaluate = [&](Progress& progress, double tokens_per_s, double elapsed) {
-    const EvalResult e = s.evaluate();
-    nlohmann::ordered_json rec = {{"step", s.current_step()}, {"train_loss", e.train_loss}};
-    rec["val_loss"] = std::isnan(e.val_loss) ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(e.val_loss);
-    rec["lr"] = last_step.lr;                // of the last step (0 before any)
-    rec["grad_norm"] = last_step.grad_norm;  // before clipping, of the last step
-    rec["tokens_per_s"] = tokens_per_s;
-    rec["elapsed_s"] = elapsed;
-    append_metrics(metrics, rec);
-    progress.message(std::isnan(e.val_loss) ? fmt::format("step {}: train loss {:.4f}", s.current_step(), e.train_loss)
-                                            : fmt::format("step {}: train loss {:.4f}, val loss {:.4f}",
-                                                          s.current_step(), e.train_loss, e.val_loss));
-  };
-  auto checkpoint = [&] {
-    // Never replace the last good checkpoint with weights an update made non-finite.
-    if (const std::string bad = first_non_finite(s.model().params()); !bad.empty())
-      fail(
-          "step {}: the weights hold a non-finite value after the update: {}; the last checkpoint ({}) is "
-          "intact",
-          s.current_step(), bad, ckpt);
-    s.save_checkpoint(ckpt);
-    s.save_model(model_path);
-  };
-
-  Progress progress(opt.steps);
-  const auto t0 = Clock::now();
-  if (!resuming && eval_every > 0) evaluate(progress, 0, 0);
-  std::vector<double> step_seconds;
-  step_seconds.reserve(static_cast<size_t>(opt.steps));
-  double window_seconds = 0;
-  int64_t window_steps = 0;
-  double train_seconds = 0;
-  while (s.current_step() < opt.steps) {
-    const auto ts = Clock::now();
-    const StepResult r = s.step();
-    last_step = r;
-    const double dt = seconds_since(ts);
-    step_seconds.push_back(dt);
-    train_seconds += dt;
-    window_seconds += dt;
-    ++window_steps;
-    const int64_t step = s.current_step();
-    const bool last = step == opt.steps;
-    if (step % opt.log_every == 0 || last || step == 1) {
-      progress.update(step, r.loss, r.lr, static_cast<double>(window_steps * s.tokens_per_step()) / window_seconds,
-                      seconds_since(t0));
-      window_seconds = 0;
-      window_steps = 0;
-    }
-    const double tps = static_cast<double>(step_seconds.size() * s.tokens_per_step()) / train_seconds;
-    if ((eval_every > 0 && step % eval_every == 0) || last) evaluate(progress, tps, seconds_since(t0));
-    if ((ckpt_every > 0 && step % ckpt_every == 0) || last) checkpoint();
-  }
-  progress.finish();
-  const double med = median(step_seconds);
-  fmt::print("done: {} steps in {:.1f} s; median step {:.2f} ms, {:.0f} tokens/s; model written to {}\n",
-             step_seconds.size(), seconds_since(t0), med * 1e3, static_cast<double>(s.tokens_per_step()) / med,
-             model_path);
 }
 
 }  // namespace tformer

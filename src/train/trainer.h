@@ -1,5 +1,7 @@
-// Training: the step loop (micro-batches -> gradient accumulation -> clipping -> AdamW), periodic
-// evaluation, metrics.jsonl, atomic checkpoints and exact resumption.
+// Training: one session's steps (micro-batches -> gradient accumulation -> clipping -> AdamW),
+// evaluation, atomic checkpoints and exact resumption. Nothing here prints: the loop that runs a
+// session to the end, evaluating, checkpointing, logging metrics.jsonl and showing progress, is the
+// command's (cli/train_run.h).
 //
 //   DIR/model.safetensors        the model (config + tokenizer in the header), loadable by every command
 //   DIR/checkpoint.safetensors   the model's tensors, the AdamW moments ("optimizer.m.<name>",
@@ -76,9 +78,12 @@ class TrainSession {
   // (seed, step): the same batches whenever the evaluation runs at this step.
   EvalResult evaluate();
 
-  // Atomic (temporary file, then rename).
+  // Atomic (core/file_io.h).
   void save_checkpoint(const std::string& path);
   void save_model(const std::string& path);
+  // save_checkpoint(checkpoint_path), then save_model(model_path); but when an update made a weight
+  // non-finite, an Error naming the step and the tensor instead, with both files left as they were.
+  void save_run(const std::string& checkpoint_path, const std::string& model_path);
   // Restores weights, moments, step and sampler from a checkpoint written by save_checkpoint for
   // this config; errors name the file and tensor.
   void load_checkpoint(const std::string& path);
@@ -104,11 +109,6 @@ class TrainSession {
   std::vector<TokenId> inputs_, targets_;
   int64_t step_ = 0;
 };
-
-// `tformer train`: builds or resumes a session and runs it to options.steps, evaluating,
-// checkpointing and printing progress. resume_dir "" = a fresh run into options.out.
-// `given` names the flags set on the command line; on resume they override the saved options.
-void run_training(TrainOptions options, const std::string& resume_dir, const std::vector<std::string>& given);
 
 // Builds the tokenizer --tokenizer names: "char" = the distinct bytes of the training (and
 // validation) text, sorted (nanoGPT's shakespeare_char alphabet); otherwise anything

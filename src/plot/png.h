@@ -1,4 +1,4 @@
-// A minimal PNG writer: 8-bit RGB, our own DEFLATE (io/deflate.h), no external library.
+// A minimal PNG writer: 8-bit RGB, our own DEFLATE (plot/deflate.h), no external library.
 //
 // The file (all integers big-endian, as PNG wants):
 //   the 8-byte signature 89 50 4E 47 0D 0A 1A 0A
@@ -27,7 +27,7 @@ uint32_t adler32(const uint8_t* data, size_t n, uint32_t adler = 1);
 // The bytes of a PNG of width x height pixels; rgb is row-major, 3 bytes per pixel, top row first.
 // Throws Error when the sizes do not match or are not positive.
 std::string encode_png_rgb(int width, int height, const std::vector<uint8_t>& rgb);
-// encode_png_rgb written to path through a temporary file and a rename; errors name the file.
+// encode_png_rgb written to path atomically (core/file_io.h); errors name the file.
 void write_png_rgb(const std::string& path, int width, int height, const std::vector<uint8_t>& rgb);
 
 }  // namespace tformer

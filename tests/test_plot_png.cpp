@@ -14,9 +14,9 @@
 
 #include "core/error.h"
 #include "core/rng.h"
-#include "io/deflate.h"
-#include "io/png.h"
-#include "train/plot.h"
+#include "plot/deflate.h"
+#include "plot/loss_curves.h"
+#include "plot/png.h"
 
 namespace tformer {
 namespace {
@@ -313,7 +313,9 @@ TEST_F(PngTest, PixelsRoundTripThroughTheIndependentDecoder) {
     }
     EXPECT_TRUE(d.rgb == rgb) << "pixels differ";
   }
-  EXPECT_FALSE(fs::exists(path("img.png.tmp")));
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir_)) names.push_back(e.path().filename().string());
+  EXPECT_EQ(names, std::vector<std::string>{"img.png"}) << "no temporary is left";
 }
 
 // Images with structure (what plots are) take one fixed-Huffman block and shrink by orders of

@@ -1,4 +1,4 @@
-#include "io/deflate.h"
+#include "plot/deflate.h"
 
 #include <algorithm>
 #include <vector>

@@ -1,4 +1,4 @@
-#include "train/plot.h"
+#include "plot/loss_curves.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -8,8 +8,8 @@
 #include <string_view>
 
 #include "core/error.h"
-#include "io/png.h"
-#include "tokenizer/text_lines.h"
+#include "core/file_io.h"
+#include "plot/png.h"
 
 namespace tformer {
 
@@ -183,7 +183,7 @@ bool finite_number(const nlohmann::json& j) { return j.is_number() && std::isfin
 }  // namespace
 
 LossCurves read_loss_curves(const std::string& metrics_path) {
-  const std::string text = text::read_file(metrics_path);
+  const std::string text = read_file(metrics_path);
   LossCurves curves;
   size_t start = 0;
   int64_t line_no = 0;

@@ -16,7 +16,7 @@
 #include <cstdint>
 #include <string>
 
-namespace tformer {
+namespace tformer::cli {
 
 class Progress {
  public:
@@ -61,4 +61,4 @@ class Progress {
   std::string last_fields_;  // the live line after the bar
 };
 
-}  // namespace tformer
+}  // namespace tformer::cli

@@ -1,11 +1,11 @@
-#include "io/png.h"
+#include "plot/png.h"
 
 #include <algorithm>
 #include <array>
 
 #include "core/error.h"
-#include "io/deflate.h"
-#include "tokenizer/text_lines.h"
+#include "core/file_io.h"
+#include "plot/deflate.h"
 
 namespace tformer {
 
@@ -96,7 +96,7 @@ std::string encode_png_rgb(int width, int height, const std::vector<uint8_t>& rg
 }
 
 void write_png_rgb(const std::string& path, int width, int height, const std::vector<uint8_t>& rgb) {
-  text::write_file_atomic(path, encode_png_rgb(width, height, rgb));
+  write_file_atomic(path, encode_png_rgb(width, height, rgb));
 }
 
 }  // namespace tformer

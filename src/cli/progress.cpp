@@ -1,4 +1,4 @@
-#include "train/progress.h"
+#include "cli/progress.h"
 
 #include <fmt/format.h>
 #include <sys/ioctl.h>
@@ -8,7 +8,7 @@
 #include <cmath>
 #include <cstdio>
 
-namespace tformer {
+namespace tformer::cli {
 
 namespace {
 
@@ -134,4 +134,4 @@ void Progress::finish() {
   live_ = false;
 }
 
-}  // namespace tformer
+}  // namespace tformer::cli

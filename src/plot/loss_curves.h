@@ -2,8 +2,9 @@
 // validation loss against the step, autoscaled axes with tick labels in a built-in 5x7 bitmap font,
 // light grid lines at the ticks, a legend, and markers on the validation points (they are sparse).
 //
-// Input: metrics.jsonl as the trainer writes it (data.h, append_metrics), one JSON object per line;
-// the plot reads "step", "train_loss" and "val_loss". A record without a numeric "step" is skipped,
+// Input: metrics.jsonl as the trainer writes it (train/data.h, append_metrics), one JSON object per
+// line, parsed here (the plot module depends on nothing but core); the plot reads "step",
+// "train_loss" and "val_loss". A record without a numeric "step" is skipped,
 // as is a loss that is absent, null or not finite; points are sorted by step.
 //
 //   tformer plot --run runs/shakespeare            # runs/shakespeare/metrics.jsonl -> .../loss.png

@@ -1,0 +1,78 @@
+// Whole files in and out, with one set of guarantees for every file the project writes.
+//
+// read_file: a whole file as bytes, nothing translated.
+//
+// Atomic writes (write_file_atomic, AtomicFile): the bytes go to a temporary file beside the
+// target, named
+//
+//   <target>.tmp.<pid>.<n>.<8 hex digits>      e.g. "model.safetensors.tmp.4711.3.9f2c01aa"
+//
+// (pid of the writer, n a process-wide counter, the hex digits drawn per process and thread), and
+// created exclusively (O_EXCL), so two writers of the same target -- two processes, or two threads
+// of one -- never share a temporary. commit() then flushes, fsyncs and closes it, renames it over
+// the target and fsyncs the containing folder, so the new name survives a crash. A reader sees the
+// old file or the new one, never a mixture, and the last commit wins. When anything fails (the
+// temporary cannot be created, a write, the fsync, the rename, or an exception from the code
+// producing the bytes) the temporary is removed, the target is left as it was, and the Error
+// names the target.
+//
+// A process killed while writing leaves its temporary behind; remove_stale_temporaries finds such
+// files by their name's pid.
+#pragma once
+
+#include <cstddef>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <string_view>
+
+namespace tformer {
+
+// The whole file. Errors name the path and the system's reason ("cannot open for reading: No such
+// file or directory", "read error: Is a directory").
+std::string read_file(const std::string& path);
+
+// One atomic write, fed incrementally: write() any number of times, then commit(). Destroyed
+// without a successful commit() (an exception on the way, or commit() failing), it removes its
+// temporary and leaves the target untouched.
+class AtomicFile {
+ public:
+  // Creates the temporary beside path (in path's folder, which must exist).
+  explicit AtomicFile(std::string path);
+  ~AtomicFile();
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+
+  void write(const void* data, size_t n);
+  void write(std::string_view bytes) { write(bytes.data(), bytes.size()); }
+  // Flush, fsync, close, rename over the target, fsync of the folder. Called once.
+  void commit();
+
+  const std::string& path() const { return path_; }
+  const std::string& temporary_path() const { return tmp_; }
+
+ private:
+  void discard() noexcept;
+
+  std::string path_, tmp_;
+  std::FILE* f_ = nullptr;
+  bool committed_ = false;
+};
+
+// bytes as the whole new content of path.
+void write_file_atomic(const std::string& path, std::string_view bytes);
+// The content produce() writes into the AtomicFile it is given; committed when produce returns,
+// discarded (and its exception passed on) when it throws.
+void write_file_atomic(const std::string& path, const std::function<void(AtomicFile&)>& produce);
+
+// The pid in file_name when it is an atomic writer's temporary of target_name
+// ("<target_name>.tmp.<pid>.<anything>"), else -1.
+long temporary_owner_pid(std::string_view file_name, std::string_view target_name);
+
+// Removes the temporaries in folder dir whose target's file name is_target accepts and whose
+// writing process is gone (no process has their pid; this process's own pid counts as gone too,
+// since a pid is reused: call it only while this process writes nothing into dir). Temporaries of
+// live processes stay. Best effort: a folder or file that cannot be read or removed is skipped.
+void remove_stale_temporaries(const std::string& dir, const std::function<bool(std::string_view)>& is_target);
+
+}  // namespace tformer
