@@ -253,17 +253,20 @@ struct Layout {
   }
 };
 
-// One output of the fast path beside the same output of its reference.
+// One output of the fast path beside the same output of its reference. `name` selects the bound
+// in the operation's entry; `label` tells apart outputs that share one ("beta=0.5", "ta=1").
 struct Compared {
   std::string name;
   std::vector<double> got, want;
   Layout layout;
   std::vector<double> scale;  // per element, for Bound::rtol_of_scale; empty when the bound has none
+  std::string label;
 };
 
 template <typename A, typename B>
-Compared compared(std::string name, const std::vector<A>& got, const std::vector<B>& want, Layout layout = {}) {
-  return {std::move(name), as<double>(got), as<double>(want), std::move(layout), {}};
+Compared compared(std::string name, const std::vector<A>& got, const std::vector<B>& want, Layout layout = {},
+                  std::string label = "") {
+  return {std::move(name), as<double>(got), as<double>(want), std::move(layout), {}, std::move(label)};
 }
 
 // One input of a gradient check: its value at the point of the check and the backward's gradient
@@ -322,11 +325,11 @@ inline std::string case_name(const ::testing::TestParamInfo<OpCase>& info) {
 
 inline ::testing::AssertionResult within(const Compared& c, const Bound& b) {
   if (c.got.size() != c.want.size())
-    return ::testing::AssertionFailure() << "output " << c.name << ": sizes differ, got " << c.got.size()
-                                         << " elements, expected " << c.want.size();
+    return ::testing::AssertionFailure() << "output " << c.name << " " << c.label << ": sizes differ, got "
+                                         << c.got.size() << " elements, expected " << c.want.size();
   if (!c.scale.empty() && c.scale.size() != c.want.size())
-    return ::testing::AssertionFailure() << "output " << c.name << ": " << c.scale.size() << " scales for "
-                                         << c.want.size() << " elements";
+    return ::testing::AssertionFailure() << "output " << c.name << " " << c.label << ": " << c.scale.size()
+                                         << " scales for " << c.want.size() << " elements";
   double max_ref = 0;
   if (b.atol_of_max != 0)
     for (double r : c.want)
@@ -352,9 +355,10 @@ inline ::testing::AssertionResult within(const Compared& c, const Bound& b) {
   std::ostringstream os;
   os.precision(17);
   const double x = c.got[worst], r = c.want[worst];
-  os << "output " << c.name << " " << c.layout.where(worst) << " (element " << worst << " of " << c.want.size() << "; "
-     << n_out << " outside the bound): got " << x << ", expected " << r << ", |diff| " << std::abs(x - r) << " > "
-     << worst_bound << " = atol " << atol << " + rtol " << b.rtol << " * |expected|";
+  os << "output " << c.name << (c.label.empty() ? "" : " (" + c.label + ")") << " " << c.layout.where(worst)
+     << " (element " << worst << " of " << c.want.size() << "; " << n_out << " outside the bound): got " << x
+     << ", expected " << r << ", |diff| " << std::abs(x - r) << " > " << worst_bound << " = atol " << atol << " + rtol "
+     << b.rtol << " * |expected|";
   if (!c.scale.empty()) os << " + " << b.rtol_of_scale << " * scale " << c.scale[worst];
   return ::testing::AssertionFailure() << os.str();
 }
