@@ -194,8 +194,8 @@ TEST(AttentionMask, AllMaskedRowGivesZerosAndZeroGradientNeverNaN) {
 const test::OpBounds kPaddedBatch{"attention left-padded batch vs each prompt alone", {{"out", {.atol = 1e-12}}}};
 const test::OpBounds kOffsetChunk{"attention chunk at an offset vs full pass", {{"out", {.atol = 1e-12}}}};
 
-// TRAPS.md 3: a left-padded batch equals each prompt run alone. The padding rows themselves see no
-// key at all: zeros.
+// A left-padded batch (batched generation of prompts of different lengths) equals each prompt run
+// alone. The padding rows themselves see no key at all: zeros.
 test::OpCase left_padded_batch() {
   return test::compare_case(kPaddedBatch, "B=2 n=6 pad=2", [] {
     const int64_t H = 2, KVH = 1, hd = 4, n = 6, pad = 2;
@@ -220,8 +220,9 @@ test::OpCase left_padded_batch() {
   });
 }
 
-// TRAPS.md 1: a one-token chunk at absolute position 100 reads keys 0..100, not just key 0 (the
-// top-left-aligned triangle of a 1 x 101 mask). The last row puts positive weight on all 101 keys.
+// A one-token chunk at absolute position 100 reads keys 0..100, not just key 0 (which a causal mask
+// aligned to the top left, the triangle of a 1 x 101 mask, would leave it). The last row puts
+// positive weight on all 101 keys.
 test::OpCase chunk_at_position_100(int64_t c) {
   return test::compare_case(kOffsetChunk, "N=101 chunk=" + std::to_string(c), [c] {
     const int64_t N = 101, H = 2, KVH = 1, hd = 4;

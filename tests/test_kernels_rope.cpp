@@ -210,7 +210,7 @@ TEST(Rope, RejectsANonPositiveOrNonFiniteBase) {
   EXPECT_NO_THROW(rope_forward<double>(x.data(), pos.data(), 2, 1, 4, ok));
 }
 
-// TRAPS.md 8: the pairings are not interchangeable.
+// The pairings are not interchangeable: weights rotated with the other one give other scores.
 TEST(Rope, PairingsAreNotInterchangeable) {
   const int64_t hd = 8, n = 4;
   const std::vector<int64_t> pos{0, 1, 2, 50};
