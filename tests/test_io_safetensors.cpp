@@ -17,6 +17,7 @@
 
 #include "core/arena.h"
 #include "io/safetensors.h"
+#include "test_util.h"
 
 namespace tformer {
 namespace {
@@ -54,15 +55,6 @@ std::string st_file(std::string header, const std::string& payload) {
 // A fresh folder per test, removed afterwards.
 class SafetensorsTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    static std::atomic<int> counter{0};
-    dir_ =
-        fs::temp_directory_path() / ("tformer_io_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
 
   // Writes a fresh file (removing the old one first: ext4 flushes a file truncated and rewritten).
@@ -113,7 +105,8 @@ class SafetensorsTest : public ::testing::Test {
     return msg;
   }
 
-  fs::path dir_;
+  test::TempDir tmp_;
+  fs::path dir_ = tmp_.path();
 };
 
 // ---------------------------------------------------------------------------------------------

@@ -1,11 +1,16 @@
-// GELU (exact erf form and GPT-2 tanh form) and SwiGLU: known values, backward against finite
-// differences, float against double, and thread-count independence.
+// GELU (exact erf form and GPT-2 tanh form) and SwiGLU: known values; the op table: float against
+// double, the backward against finite differences, PyTorch's outputs and gradients
+// (fixtures/kernels.json); thread-count independence.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "core/threads.h"
+#include "kernel_fixtures.h"
 #include "kernels/activation.h"
 #include "test_util.h"
 
@@ -13,12 +18,8 @@ namespace tformer {
 namespace {
 
 using test::all_close;
+using test::as;
 using test::random_values;
-
-template <typename T>
-std::vector<T> as(const std::vector<double>& v) {
-  return std::vector<T>(v.begin(), v.end());
-}
 
 TEST(Gelu, ExactFormKnownValues) {
   // gelu(x) = x Phi(x) with the standard normal CDF from tables:
@@ -88,80 +89,167 @@ TEST(SwiGlu, HandComputedValues) {
   EXPECT_NEAR(db, 0.8239592165010823, 1e-15);
 }
 
-TEST(Gelu, BackwardMatchesFiniteDifferences) {
-  const int64_t n = 23;
-  for (GeluKind kind : {GeluKind::Exact, GeluKind::Tanh}) {
-    std::vector<double> x = random_values(n, 131, -4.0, 3.0);
-    const std::vector<double> r = random_values(n, 132, -1.0, 2.0);
-    auto loss = [&] {
-      std::vector<double> y(n);
-      gelu_forward<double>(y.data(), x.data(), n, kind);
-      double s = 0;
-      for (int64_t i = 0; i < n; ++i) s += r[i] * y[i];
-      return s;
-    };
-    std::vector<double> dx(n, 0.125);  // non-zero start: backward accumulates
-    gelu_backward<double>(dx.data(), r.data(), x.data(), n, kind);
-    for (auto& v : dx) v -= 0.125;
-    EXPECT_LT(test::gradient_error(dx, test::numeric_gradient(loss, x)), 1e-6)
-        << (kind == GeluKind::Exact ? "exact" : "tanh");
-  }
+// ---------------------------------------------------------------------------------------------
+// The op table.
+//
+// Float against double. The double path gets the float-rounded inputs widened, so only the
+// kernels' arithmetic differs: the float path computes in double and rounds once, so 2 ulp (rtol
+// 2.4e-7) would do; 1e-6 relative and 1e-7 absolute (for values near 0) leave margin. And against
+// the double kernel on the unrounded inputs (what a float model sees): the rounding of x (relative
+// 6e-8, |x| <= 6, |gelu'| <= 1.2) moves y by < 1e-6 absolute. Gradients of the double kernels
+// against central differences: 1e-6.
+constexpr test::Bound kFloatVsDouble{.rtol = 1e-6, .atol = 1e-7};
+const test::OpBounds kGelu{
+    "gelu",
+    {{"y", kFloatVsDouble}, {"dx", kFloatVsDouble}, {"y, unrounded inputs", {.rtol = 1e-6, .atol = 1e-6}}},
+    1e-6};
+const test::OpBounds kGeluTanh{"gelu_tanh", {{"y", kFloatVsDouble}, {"dx", kFloatVsDouble}}, 1e-6};
+const test::OpBounds kSwiGlu{"swiglu", {{"y", kFloatVsDouble}, {"da", kFloatVsDouble}, {"db", kFloatVsDouble}}, 1e-6};
+// PyTorch's outputs and gradients (kernel_fixtures.h has the bounds' reasons).
+const test::OpBounds kGeluTorchDouble{"gelu<double> vs torch", {{"y", test::kTorchDouble}, {"dx", test::kTorchDouble}}};
+const test::OpBounds kGeluTorchFloat{"gelu<float> vs torch", {{"y", test::kTorchFloat}, {"dx", test::kTorchFloat}}};
+const test::OpBounds kGeluTanhTorchDouble{"gelu_tanh<double> vs torch",
+                                          {{"y", test::kTorchDouble}, {"dx", test::kTorchDouble}}};
+const test::OpBounds kGeluTanhTorchFloat{"gelu_tanh<float> vs torch",
+                                         {{"y", test::kTorchFloat}, {"dx", test::kTorchFloat}}};
+const test::OpBounds kSwiGluTorchDouble{
+    "swiglu<double> vs torch", {{"y", test::kTorchDouble}, {"da", test::kTorchDouble}, {"db", test::kTorchDouble}}};
+const test::OpBounds kSwiGluTorchFloat{
+    "swiglu<float> vs torch", {{"y", test::kTorchFloat}, {"da", test::kTorchFloat}, {"db", test::kTorchFloat}}};
+
+const test::OpBounds& gelu_op(GeluKind kind) { return kind == GeluKind::Exact ? kGelu : kGeluTanh; }
+
+double weighted_sum(const std::vector<double>& r, const std::vector<double>& y) {
+  double s = 0;
+  for (size_t i = 0; i < y.size(); ++i) s += r[i] * y[i];
+  return s;
 }
 
-TEST(SwiGlu, BackwardMatchesFiniteDifferences) {
-  const int64_t n = 19;
-  std::vector<double> a = random_values(n, 141, -5.0, 4.0), b = random_values(n, 142, -2.0, 1.5);
-  const std::vector<double> r = random_values(n, 143, -1.0, 2.0);
-  auto loss = [&] {
-    std::vector<double> y(n);
-    swiglu_forward<double>(y.data(), a.data(), b.data(), n);
-    double s = 0;
-    for (int64_t i = 0; i < n; ++i) s += r[i] * y[i];
-    return s;
-  };
-  std::vector<double> da(n, 0.5), db(n, -0.25);
-  swiglu_backward<double>(da.data(), db.data(), r.data(), a.data(), b.data(), n);
-  for (auto& v : da) v -= 0.5;
-  for (auto& v : db) v += 0.25;
-  EXPECT_LT(test::gradient_error(da, test::numeric_gradient(loss, a)), 1e-6);
-  EXPECT_LT(test::gradient_error(db, test::numeric_gradient(loss, b)), 1e-6);
-}
-
-TEST(Activation, FloatMatchesDouble) {
-  const int64_t n = 257;
-  const auto x = random_values(n, 151, -6.0, 6.0), b = random_values(n, 152, -2.0, 2.0),
-             dy = random_values(n, 153, -1.0, 1.0);
-  const auto xf = as<float>(x), bf = as<float>(b), dyf = as<float>(dy);
-  // The double path gets the float-rounded inputs widened, so only the kernels' arithmetic differs:
-  // the float path computes in double and rounds once, so 2 ulp (rtol 2.4e-7) would do; 1e-6 relative
-  // and 1e-7 absolute (for values near 0) leave margin.
-  const std::vector<double> xw(xf.begin(), xf.end()), bw(bf.begin(), bf.end()), dyw(dyf.begin(), dyf.end());
-  for (GeluKind kind : {GeluKind::Exact, GeluKind::Tanh}) {
-    std::vector<double> y(n), dx(n);
+test::OpCase gelu_float_vs_double(GeluKind kind, int64_t n, uint64_t seed) {
+  return test::compare_case(gelu_op(kind), "float vs double n=" + std::to_string(n), [kind, n, seed] {
+    const auto x = random_values(n, seed, -6.0, 6.0), dy = random_values(n, seed + 2, -1.0, 1.0);
+    const auto xf = as<float>(x), dyf = as<float>(dy);
+    const auto xw = as<double>(xf), dyw = as<double>(dyf);
+    std::vector<double> y(n), dx(n), yd(n);
     std::vector<float> yf(n), dxf(n);
     gelu_forward<double>(y.data(), xw.data(), n, kind);
     gelu_backward<double>(dx.data(), dyw.data(), xw.data(), n, kind);
     gelu_forward<float>(yf.data(), xf.data(), n, kind);
     gelu_backward<float>(dxf.data(), dyf.data(), xf.data(), n, kind);
-    EXPECT_TRUE(all_close(yf, y, 1e-6, 1e-7));
-    EXPECT_TRUE(all_close(dxf, dx, 1e-6, 1e-7));
-  }
-  std::vector<double> y(n), da(n), db(n);
-  std::vector<float> yf(n), daf(n), dbf(n);
-  swiglu_forward<double>(y.data(), xw.data(), bw.data(), n);
-  swiglu_backward<double>(da.data(), db.data(), dyw.data(), xw.data(), bw.data(), n);
-  swiglu_forward<float>(yf.data(), xf.data(), bf.data(), n);
-  swiglu_backward<float>(daf.data(), dbf.data(), dyf.data(), xf.data(), bf.data(), n);
-  EXPECT_TRUE(all_close(yf, y, 1e-6, 1e-7));
-  EXPECT_TRUE(all_close(daf, da, 1e-6, 1e-7));
-  EXPECT_TRUE(all_close(dbf, db, 1e-6, 1e-7));
-  // And against float inputs rounded from the original doubles (what a float model sees): the
-  // rounding of x (relative 6e-8, |x| <= 6, |gelu'| <= 1.2) moves y by < 1e-6 absolute.
-  std::vector<double> yd(n);
-  gelu_forward<double>(yd.data(), x.data(), n, GeluKind::Exact);
-  gelu_forward<float>(yf.data(), xf.data(), n, GeluKind::Exact);
-  EXPECT_TRUE(all_close(yf, yd, 1e-6, 1e-6));
+    std::vector<test::Compared> out{test::compared("y", yf, y), test::compared("dx", dxf, dx)};
+    if (kind == GeluKind::Exact) {
+      gelu_forward<double>(yd.data(), x.data(), n, kind);
+      out.push_back(test::compared("y, unrounded inputs", yf, yd));
+    }
+    return out;
+  });
 }
+
+test::OpCase swiglu_float_vs_double(int64_t n, uint64_t seed) {
+  return test::compare_case(kSwiGlu, "float vs double n=" + std::to_string(n), [n, seed] {
+    const auto af = as<float>(random_values(n, seed, -6.0, 6.0)), bf = as<float>(random_values(n, seed + 1, -2.0, 2.0)),
+               dyf = as<float>(random_values(n, seed + 2, -1.0, 1.0));
+    const auto aw = as<double>(af), bw = as<double>(bf), dyw = as<double>(dyf);
+    std::vector<double> y(n), da(n), db(n);
+    std::vector<float> yf(n), daf(n), dbf(n);
+    swiglu_forward<double>(y.data(), aw.data(), bw.data(), n);
+    swiglu_backward<double>(da.data(), db.data(), dyw.data(), aw.data(), bw.data(), n);
+    swiglu_forward<float>(yf.data(), af.data(), bf.data(), n);
+    swiglu_backward<float>(daf.data(), dbf.data(), dyf.data(), af.data(), bf.data(), n);
+    return std::vector<test::Compared>{test::compared("y", yf, y), test::compared("da", daf, da),
+                                       test::compared("db", dbf, db)};
+  });
+}
+
+// loss = sum(r * y); the gradient buffers start non-zero (the backward accumulates).
+test::OpCase gelu_finite_differences(GeluKind kind, int64_t n, uint64_t seed) {
+  return test::gradient_case(gelu_op(kind), "finite differences n=" + std::to_string(n), [kind, n, seed] {
+    const std::vector<double> x = random_values(n, seed, -4.0, 3.0), r = random_values(n, seed + 1, -1.0, 2.0);
+    auto loss = [kind, n, r](const std::vector<std::vector<double>>& in) {
+      std::vector<double> y(n);
+      gelu_forward<double>(y.data(), in[0].data(), n, kind);
+      return weighted_sum(r, y);
+    };
+    std::vector<double> dx(n, 0.125);
+    gelu_backward<double>(dx.data(), r.data(), x.data(), n, kind);
+    for (auto& v : dx) v -= 0.125;
+    return test::GradientCheck{{{"x", x, dx, {}}}, loss};
+  });
+}
+
+test::OpCase swiglu_finite_differences(int64_t n, uint64_t seed) {
+  return test::gradient_case(kSwiGlu, "finite differences n=" + std::to_string(n), [n, seed] {
+    const std::vector<double> a = random_values(n, seed, -5.0, 4.0), b = random_values(n, seed + 1, -2.0, 1.5);
+    const std::vector<double> r = random_values(n, seed + 2, -1.0, 2.0);
+    auto loss = [n, r](const std::vector<std::vector<double>>& in) {
+      std::vector<double> y(n);
+      swiglu_forward<double>(y.data(), in[0].data(), in[1].data(), n);
+      return weighted_sum(r, y);
+    };
+    std::vector<double> da(n, 0.5), db(n, -0.25);
+    swiglu_backward<double>(da.data(), db.data(), r.data(), a.data(), b.data(), n);
+    for (auto& v : da) v -= 0.5;
+    for (auto& v : db) v += 0.25;
+    return test::GradientCheck{{{"a", a, da, {}}, {"b", b, db, {}}}, loss};
+  });
+}
+
+// PyTorch's outputs and gradients for the fixture's inputs, in T.
+template <typename T>
+test::OpCase gelu_torch(GeluKind kind) {
+  const bool dbl = std::is_same_v<T, double>;
+  const test::OpBounds& op = kind == GeluKind::Exact ? (dbl ? kGeluTorchDouble : kGeluTorchFloat)
+                                                     : (dbl ? kGeluTanhTorchDouble : kGeluTanhTorchFloat);
+  return test::compare_case(op, "fixture", [kind] {
+    const auto& c = test::kernel_fixture(kind == GeluKind::Exact ? "gelu_exact" : "gelu_tanh");
+    const int64_t n = c.at("n");
+    const auto x = as<T>(test::fixture_values(c, "x")), r = as<T>(test::fixture_values(c, "r"));
+    std::vector<T> y(n), dx(n);
+    gelu_forward<T>(y.data(), x.data(), n, kind);
+    gelu_backward<T>(dx.data(), r.data(), x.data(), n, kind);
+    return std::vector<test::Compared>{test::compared("y", y, test::fixture_values(c, "y")),
+                                       test::compared("dx", dx, test::fixture_values(c, "dx"))};
+  });
+}
+
+template <typename T>
+test::OpCase swiglu_torch() {
+  return test::compare_case(std::is_same_v<T, double> ? kSwiGluTorchDouble : kSwiGluTorchFloat, "fixture", [] {
+    const auto& c = test::kernel_fixture("swiglu");
+    const int64_t n = c.at("n");
+    const auto a = as<T>(test::fixture_values(c, "a")), b = as<T>(test::fixture_values(c, "b")),
+               r = as<T>(test::fixture_values(c, "r"));
+    std::vector<T> y(n), da(n), db(n);
+    swiglu_forward<T>(y.data(), a.data(), b.data(), n);
+    swiglu_backward<T>(da.data(), db.data(), r.data(), a.data(), b.data(), n);
+    return std::vector<test::Compared>{test::compared("y", y, test::fixture_values(c, "y")),
+                                       test::compared("da", da, test::fixture_values(c, "da")),
+                                       test::compared("db", db, test::fixture_values(c, "db"))};
+  });
+}
+
+std::vector<test::OpCase> op_cases() {
+  std::vector<test::OpCase> cases;
+  for (GeluKind kind : {GeluKind::Exact, GeluKind::Tanh}) {
+    for (auto [n, seed] : {std::pair<int64_t, uint64_t>{257, 151}, {1, 154}, {16, 155}, {1000, 156}})
+      cases.push_back(gelu_float_vs_double(kind, n, seed));
+    for (auto [n, seed] : {std::pair<int64_t, uint64_t>{23, 131}, {1, 133}, {5, 134}})
+      cases.push_back(gelu_finite_differences(kind, n, seed));
+    cases.push_back(gelu_torch<double>(kind));
+    cases.push_back(gelu_torch<float>(kind));
+  }
+  for (auto [n, seed] : {std::pair<int64_t, uint64_t>{257, 151}, {1, 154}, {16, 155}, {1000, 156}})
+    cases.push_back(swiglu_float_vs_double(n, seed));
+  for (auto [n, seed] : {std::pair<int64_t, uint64_t>{19, 141}, {1, 144}, {7, 145}})
+    cases.push_back(swiglu_finite_differences(n, seed));
+  cases.push_back(swiglu_torch<double>());
+  cases.push_back(swiglu_torch<float>());
+  return cases;
+}
+
+class ActivationOps : public test::OpCaseTest {};
+TEST_P(ActivationOps, WithinBounds) { test::check_case(GetParam()); }
+INSTANTIATE_TEST_SUITE_P(Table, ActivationOps, ::testing::ValuesIn(op_cases()), test::case_name);
 
 TEST(Activation, SameResultWithOneAndTwoThreads) {
   const int64_t n = 40000;  // above the 2^15-element parallel threshold

@@ -1,16 +1,19 @@
 // Cross-entropy: target shifting, a hand-worked loss with an ignored row, large logits, the
-// count-0 policy, target range errors, backward against finite differences, float against double,
-// thread-count independence.
+// count-0 policy, target range errors; the op table: float against double, the backward against
+// finite differences, PyTorch's outputs and gradients (fixtures/kernels.json); thread-count
+// independence.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include "core/error.h"
 #include "core/threads.h"
+#include "kernel_fixtures.h"
 #include "kernels/cross_entropy.h"
 #include "test_util.h"
 
@@ -18,13 +21,9 @@ namespace tformer {
 namespace {
 
 using test::all_close;
+using test::as;
 using test::random_values;
 using ::testing::HasSubstr;
-
-template <typename T>
-std::vector<T> as(const std::vector<double>& v) {
-  return std::vector<T>(v.begin(), v.end());
-}
 
 TEST(CrossEntropy, ShiftTargets) {
   // tokens [2, 4]: [5, 6, 7, 0] and [8, 9, 0, 0]; targets = tokens shifted left by one.
@@ -120,46 +119,128 @@ TEST(CrossEntropy, TargetOutsideVocabThrowsNamingRow) {
   EXPECT_NO_THROW(cross_entropy_forward<float>(nullptr, logits.data(), ok.data(), 3, 4));
 }
 
-TEST(CrossEntropy, BackwardMatchesFiniteDifferences) {
-  const int64_t rows = 6, vocab = 5;
-  std::vector<double> logits = random_values(rows * vocab, 201, -3.0, 4.0);
-  const std::vector<TokenId> targets{4, 0, kIgnoreIndex, 2, 2, 1};
-  const double dloss = 0.7;  // loss functional: dloss * mean loss
-  auto loss = [&] {
-    return dloss * cross_entropy_forward<double>(nullptr, logits.data(), targets.data(), rows, vocab).loss;
-  };
-  const int64_t count = cross_entropy_forward<double>(nullptr, logits.data(), targets.data(), rows, vocab).count;
-  ASSERT_EQ(count, 5);
-  std::vector<double> d(rows * vocab, -0.5);
-  cross_entropy_backward<double>(d.data(), logits.data(), targets.data(), rows, vocab, count, dloss);
-  for (auto& v : d) v += 0.5;
-  // The ignored row's gradient is exactly 0 both ways.
-  for (int64_t j = 0; j < vocab; ++j) EXPECT_EQ(d[2 * vocab + j], 0.0);
-  EXPECT_LT(test::gradient_error(d, test::numeric_gradient(loss, logits)), 1e-6);
+// ---------------------------------------------------------------------------------------------
+// The op table.
+//
+// Float against double on the same float-rounded logits: both accumulate in double; the float
+// path only rounds its outputs once (2e-7 relative; 1e-9 absolute for gradients near 0). Against
+// the unrounded double logits: |dloss/dlogit| <= 1, rounding 6e-8 relative of |x| <= 5: 1e-6.
+// The backward of the double kernel against central differences of dloss * mean loss: 1e-6.
+const test::OpBounds kCrossEntropy{"cross_entropy",
+                                   {{"loss", {.atol = 1e-12}},
+                                    {"row_loss", {.rtol = 2e-7}},
+                                    {"dlogits", {.rtol = 2e-7, .atol = 1e-9}},
+                                    {"loss, unrounded logits", {.atol = 1e-6}}},
+                                   1e-6};
+// PyTorch's outputs and gradients (kernel_fixtures.h has the bounds' reasons). The fixture's row 4
+// has logits ~100: float rounding of them (~4e-6 absolute) moves its loss by as much: the losses
+// are held to 1e-5 absolute in float (1e-13 in double), the per-row ones relative to the largest.
+const test::OpBounds kCrossEntropyTorchDouble{"cross_entropy<double> vs torch",
+                                              {{"loss", {.atol = 1e-13}},
+                                               {"row_loss", {.rtol = test::kTorchDouble.rtol, .atol_of_max = 1e-13}},
+                                               {"dlogits", test::kTorchDouble}}};
+const test::OpBounds kCrossEntropyTorchFloat{"cross_entropy<float> vs torch",
+                                             {{"loss", {.atol = 1e-5}},
+                                              {"row_loss", {.rtol = test::kTorchFloat.rtol, .atol_of_max = 1e-5}},
+                                              {"dlogits", test::kTorchFloat}}};
+
+// Targets for `rows` rows of `vocab` logits: every `ignore_every`-th row (from row 3) ignored.
+std::vector<TokenId> some_targets(int64_t rows, int64_t vocab, int64_t ignore_every, int64_t mul) {
+  std::vector<TokenId> targets(rows);
+  for (int64_t r = 0; r < rows; ++r)
+    targets[r] = r % ignore_every == 3 ? kIgnoreIndex : static_cast<TokenId>((r * mul) % vocab);
+  return targets;
 }
 
-TEST(CrossEntropy, FloatMatchesDouble) {
-  const int64_t rows = 12, vocab = 29;
-  const auto logits = random_values(rows * vocab, 211, -5.0, 5.0);
-  std::vector<TokenId> targets(rows);
-  for (int64_t r = 0; r < rows; ++r) targets[r] = r % 5 == 3 ? kIgnoreIndex : static_cast<TokenId>((r * 11) % vocab);
-  const auto lf = as<float>(logits);
-  const std::vector<double> lw(lf.begin(), lf.end());  // same float-rounded logits for both paths
-  std::vector<double> rl(rows), d(rows * vocab);
-  std::vector<float> rlf(rows), df(rows * vocab);
-  const auto res = cross_entropy_forward<double>(rl.data(), lw.data(), targets.data(), rows, vocab);
-  const auto resf = cross_entropy_forward<float>(rlf.data(), lf.data(), targets.data(), rows, vocab);
-  cross_entropy_backward<double>(d.data(), lw.data(), targets.data(), rows, vocab, res.count, 1.3);
-  cross_entropy_backward<float>(df.data(), lf.data(), targets.data(), rows, vocab, resf.count, 1.3f);
-  EXPECT_EQ(res.count, resf.count);
-  // Both accumulate in double; the float path only rounds its outputs once.
-  EXPECT_NEAR(resf.loss, res.loss, 1e-12);
-  EXPECT_TRUE(all_close(rlf, rl, 2e-7, 0));
-  EXPECT_TRUE(all_close(df, d, 2e-7, 1e-9));
-  // Against the unrounded double logits: |dloss/dlogit| <= 1, rounding 6e-8 relative of |x| <= 5.
-  const auto exact = cross_entropy_forward<double>(nullptr, logits.data(), targets.data(), rows, vocab);
-  EXPECT_NEAR(resf.loss, exact.loss, 1e-6);
+test::OpCase float_vs_double(int64_t rows, int64_t vocab, uint64_t seed) {
+  return test::compare_case(
+      kCrossEntropy, "float vs double rows=" + std::to_string(rows) + " vocab=" + std::to_string(vocab),
+      [rows, vocab, seed] {
+        const auto logits = random_values(rows * vocab, seed, -5.0, 5.0);
+        const std::vector<TokenId> targets = some_targets(rows, vocab, 5, 11);
+        const auto lf = as<float>(logits);
+        const auto lw = as<double>(lf);  // same float-rounded logits for both paths
+        std::vector<double> rl(rows), d(rows * vocab);
+        std::vector<float> rlf(rows), df(rows * vocab);
+        const auto res = cross_entropy_forward<double>(rl.data(), lw.data(), targets.data(), rows, vocab);
+        const auto resf = cross_entropy_forward<float>(rlf.data(), lf.data(), targets.data(), rows, vocab);
+        cross_entropy_backward<double>(d.data(), lw.data(), targets.data(), rows, vocab, res.count, 1.3);
+        cross_entropy_backward<float>(df.data(), lf.data(), targets.data(), rows, vocab, resf.count, 1.3f);
+        EXPECT_EQ(res.count, resf.count);
+        const auto exact = cross_entropy_forward<double>(nullptr, logits.data(), targets.data(), rows, vocab);
+        const test::Layout at{{{"row", rows}, {"v", vocab}}};
+        return std::vector<test::Compared>{
+            test::compared("loss", std::vector<double>{resf.loss}, std::vector<double>{res.loss}),
+            test::compared("row_loss", rlf, rl, {{{"row", rows}}}), test::compared("dlogits", df, d, at),
+            test::compared("loss, unrounded logits", std::vector<double>{resf.loss}, std::vector<double>{exact.loss})};
+      });
 }
+
+// loss functional: dloss * mean loss; the gradient buffer starts non-zero (the backward
+// accumulates); an ignored row's gradient is exactly 0 both ways.
+test::OpCase finite_differences(int64_t rows, int64_t vocab, std::vector<TokenId> targets, uint64_t seed) {
+  return test::gradient_case(
+      kCrossEntropy, "finite differences rows=" + std::to_string(rows) + " vocab=" + std::to_string(vocab),
+      [rows, vocab, targets, seed] {
+        const std::vector<double> logits = random_values(rows * vocab, seed, -3.0, 4.0);
+        const double dloss = 0.7;
+        auto loss = [=](const std::vector<std::vector<double>>& in) {
+          return dloss * cross_entropy_forward<double>(nullptr, in[0].data(), targets.data(), rows, vocab).loss;
+        };
+        const int64_t count = cross_entropy_forward<double>(nullptr, logits.data(), targets.data(), rows, vocab).count;
+        int64_t counted = 0;
+        for (TokenId t : targets) counted += t != kIgnoreIndex;
+        EXPECT_EQ(count, counted);
+        std::vector<double> d(rows * vocab, -0.5);
+        cross_entropy_backward<double>(d.data(), logits.data(), targets.data(), rows, vocab, count, dloss);
+        for (auto& v : d) v += 0.5;
+        for (int64_t r = 0; r < rows; ++r)
+          if (targets[r] == kIgnoreIndex) {
+            for (int64_t j = 0; j < vocab; ++j) EXPECT_EQ(d[r * vocab + j], 0.0) << "row " << r;
+          }
+        return test::GradientCheck{{{"logits", logits, d, {{{"row", rows}, {"v", vocab}}}}}, loss};
+      });
+}
+
+// PyTorch's outputs and gradients for the fixture's inputs, in T.
+template <typename T>
+test::OpCase torch_case() {
+  return test::compare_case(
+      std::is_same_v<T, double> ? kCrossEntropyTorchDouble : kCrossEntropyTorchFloat, "fixture", [] {
+        const auto& c = test::kernel_fixture("cross_entropy");
+        const int64_t rows = c.at("rows"), vocab = c.at("vocab");
+        const auto targets = c.at("targets").get<std::vector<TokenId>>();
+        const auto logits = as<T>(test::fixture_values(c, "logits"));
+        const double dloss = c.at("dloss");
+        std::vector<T> row_loss(rows), d(rows * vocab);
+        const auto res = cross_entropy_forward<T>(row_loss.data(), logits.data(), targets.data(), rows, vocab);
+        cross_entropy_backward<T>(d.data(), logits.data(), targets.data(), rows, vocab, res.count,
+                                  static_cast<T>(dloss));
+        EXPECT_EQ(res.count, c.at("count").get<int64_t>());
+        return std::vector<test::Compared>{
+            test::compared("loss", std::vector<double>{res.loss}, std::vector<double>{c.at("loss").get<double>()}),
+            test::compared("row_loss", row_loss, test::fixture_values(c, "row_loss"), {{{"row", rows}}}),
+            test::compared("dlogits", d, test::fixture_values(c, "dlogits"), {{{"row", rows}, {"v", vocab}}})};
+      });
+}
+
+std::vector<test::OpCase> op_cases() {
+  std::vector<test::OpCase> cases;
+  for (auto [rows, vocab, seed] :
+       {std::tuple<int64_t, int64_t, uint64_t>{12, 29, 211}, {1, 1, 212}, {5, 130, 213}, {33, 7, 214}})
+    cases.push_back(float_vs_double(rows, vocab, seed));
+  cases.push_back(finite_differences(6, 5, {4, 0, kIgnoreIndex, 2, 2, 1}, 201));
+  cases.push_back(finite_differences(1, 1, {0}, 202));
+  cases.push_back(finite_differences(3, 17, {16, kIgnoreIndex, 5}, 203));
+  cases.push_back(finite_differences(4, 2, {1, 0, 0, 1}, 204));
+  cases.push_back(torch_case<double>());
+  cases.push_back(torch_case<float>());
+  return cases;
+}
+
+class CrossEntropyOps : public test::OpCaseTest {};
+TEST_P(CrossEntropyOps, WithinBounds) { test::check_case(GetParam()); }
+INSTANTIATE_TEST_SUITE_P(Table, CrossEntropyOps, ::testing::ValuesIn(op_cases()), test::case_name);
 
 TEST(CrossEntropy, SameResultWithOneAndTwoThreads) {
   const int64_t rows = 300, vocab = 130;  // 39000 elements: above the 2^15 threshold

@@ -1,15 +1,18 @@
-// LayerNorm and RMSNorm: hand-computed rows, backward against finite differences (x, gain, bias;
-// and with a null gain, treated as all ones),
-// the shift/scale properties of LayerNorm with the epsilon effect predicted, float against double,
-// and thread-count independence.
+// LayerNorm and RMSNorm: hand-computed rows; the shift/scale properties of LayerNorm with the
+// epsilon effect predicted; the op table: float against double, the backward against finite
+// differences (x, gain, bias; and with a null gain, treated as all ones), PyTorch's outputs and
+// gradients (fixtures/kernels.json); thread-count independence.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <string>
+#include <type_traits>
 #include <vector>
 
 #include "core/threads.h"
+#include "kernel_fixtures.h"
 #include "kernels/norm.h"
 #include "test_util.h"
 
@@ -17,12 +20,8 @@ namespace tformer {
 namespace {
 
 using test::all_close;
+using test::as;
 using test::random_values;
-
-template <typename T>
-std::vector<T> as(const std::vector<double>& v) {
-  return std::vector<T>(v.begin(), v.end());
-}
 
 TEST(LayerNorm, HandComputedRows) {
   // eps = 2/9 makes the arithmetic exact by hand.
@@ -80,150 +79,6 @@ std::vector<double> norm_inputs(int64_t rows, int64_t cols, uint64_t seed) {
     if (rows > 2) x[2 * cols + c] += 40.0;
   }
   return x;
-}
-
-TEST(LayerNorm, BackwardMatchesFiniteDifferences) {
-  const int64_t rows = 3, cols = 5;
-  const double eps = 1e-5;
-  std::vector<double> x = norm_inputs(rows, cols, 71), gain = random_values(cols, 72, 0.5, 1.5),
-                      bias = random_values(cols, 73, -0.5, 0.5);
-  const std::vector<double> r = random_values(rows * cols, 74, -1.0, 2.0);  // loss = sum(r * y)
-  auto loss = [&] {
-    std::vector<double> y(rows * cols), m(rows), s(rows);
-    layernorm_forward<double>(y.data(), m.data(), s.data(), x.data(), gain.data(), bias.data(), rows, cols, eps);
-    double acc = 0;
-    for (int64_t i = 0; i < rows * cols; ++i) acc += r[i] * y[i];
-    return acc;
-  };
-  std::vector<double> y(rows * cols), mean(rows), rstd(rows);
-  layernorm_forward<double>(y.data(), mean.data(), rstd.data(), x.data(), gain.data(), bias.data(), rows, cols, eps);
-  // Start non-zero: backward accumulates.
-  std::vector<double> dx(rows * cols, 0.25), dg(cols, -0.5), db(cols, 1.0);
-  layernorm_backward<double>(dx.data(), dg.data(), db.data(), r.data(), x.data(), mean.data(), rstd.data(), gain.data(),
-                             rows, cols);
-  for (auto& v : dx) v -= 0.25;
-  for (auto& v : dg) v += 0.5;
-  for (auto& v : db) v -= 1.0;
-  EXPECT_LT(test::gradient_error(dx, test::numeric_gradient(loss, x)), 1e-6);
-  EXPECT_LT(test::gradient_error(dg, test::numeric_gradient(loss, gain)), 1e-6);
-  EXPECT_LT(test::gradient_error(db, test::numeric_gradient(loss, bias)), 1e-6);
-  // Null gradient pointers are skipped; dx alone is the same.
-  std::vector<double> dx_only(rows * cols, 0.0);
-  layernorm_backward<double>(dx_only.data(), nullptr, nullptr, r.data(), x.data(), mean.data(), rstd.data(),
-                             gain.data(), rows, cols);
-  EXPECT_TRUE(all_close(dx_only, dx, 1e-14, 1e-14));
-}
-
-TEST(RmsNorm, BackwardMatchesFiniteDifferences) {
-  const int64_t rows = 3, cols = 6;
-  const double eps = 1e-5;
-  std::vector<double> x = norm_inputs(rows, cols, 81), gain = random_values(cols, 82, 0.5, 1.5);
-  for (int64_t c = 0; c < cols; ++c) x[1 * cols + c] -= 0.7;  // mean square ~5e-6: eps matters
-  const std::vector<double> r = random_values(rows * cols, 83, -1.0, 2.0);
-  auto loss = [&] {
-    std::vector<double> y(rows * cols), s(rows);
-    rmsnorm_forward<double>(y.data(), s.data(), x.data(), gain.data(), rows, cols, eps);
-    double acc = 0;
-    for (int64_t i = 0; i < rows * cols; ++i) acc += r[i] * y[i];
-    return acc;
-  };
-  std::vector<double> y(rows * cols), rstd(rows);
-  rmsnorm_forward<double>(y.data(), rstd.data(), x.data(), gain.data(), rows, cols, eps);
-  std::vector<double> dx(rows * cols, -0.75), dg(cols, 2.0);
-  rmsnorm_backward<double>(dx.data(), dg.data(), r.data(), x.data(), rstd.data(), gain.data(), rows, cols);
-  for (auto& v : dx) v += 0.75;
-  for (auto& v : dg) v -= 2.0;
-  EXPECT_LT(test::gradient_error(dx, test::numeric_gradient(loss, x)), 1e-6);
-  EXPECT_LT(test::gradient_error(dg, test::numeric_gradient(loss, gain)), 1e-6);
-}
-
-// A null gain is treated as all ones (norm.cpp's gain_at). LayerNorm with gain null (bias given):
-// the forward equals the forward with explicit ones, and dx (with dgain null, which is allowed)
-// matches finite differences of the null-gain forward; dbias too.
-TEST(LayerNorm, NullGainMatchesFiniteDifferences) {
-  const int64_t rows = 3, cols = 5;
-  const double eps = 1e-5;
-  std::vector<double> x = norm_inputs(rows, cols, 131), bias = random_values(cols, 132, -0.5, 0.5);
-  const std::vector<double> r = random_values(rows * cols, 133, -1.0, 2.0);
-  const std::vector<double> ones(cols, 1.0);
-  auto forward = [&](const double* gain) {
-    std::vector<double> y(rows * cols), m(rows), s(rows);
-    layernorm_forward<double>(y.data(), m.data(), s.data(), x.data(), gain, bias.data(), rows, cols, eps);
-    return y;
-  };
-  auto loss = [&] {
-    const auto y = forward(nullptr);
-    double acc = 0;
-    for (int64_t i = 0; i < rows * cols; ++i) acc += r[i] * y[i];
-    return acc;
-  };
-  // Equal up to rounding, not bit for bit: the compiler may contract xhat * g + b into a fused
-  // multiply-add differently when g is the constant 1 (GCC's default -ffp-contract=fast).
-  EXPECT_TRUE(all_close(forward(nullptr), forward(ones.data()), 1e-15, 1e-15));
-  std::vector<double> y(rows * cols), mean(rows), rstd(rows);
-  layernorm_forward<double>(y.data(), mean.data(), rstd.data(), x.data(), nullptr, bias.data(), rows, cols, eps);
-  std::vector<double> dx(rows * cols, 0.25), db(cols, -1.0);
-  layernorm_backward<double>(dx.data(), nullptr, db.data(), r.data(), x.data(), mean.data(), rstd.data(), nullptr, rows,
-                             cols);
-  for (auto& v : dx) v -= 0.25;
-  for (auto& v : db) v += 1.0;
-  EXPECT_LT(test::gradient_error(dx, test::numeric_gradient(loss, x)), 1e-6);
-  EXPECT_LT(test::gradient_error(db, test::numeric_gradient(loss, bias)), 1e-6);
-  // Same as the explicit-ones backward; and a dgain requested with a null gain is d/dgain at gain 1.
-  std::vector<double> dx1(rows * cols, 0.0), dg1(cols, 0.0), db1(cols, 0.0), dg0(cols, 0.0);
-  layernorm_backward<double>(dx1.data(), dg1.data(), db1.data(), r.data(), x.data(), mean.data(), rstd.data(),
-                             ones.data(), rows, cols);
-  std::vector<double> dx0(rows * cols, 0.0);
-  layernorm_backward<double>(dx0.data(), dg0.data(), nullptr, r.data(), x.data(), mean.data(), rstd.data(), nullptr,
-                             rows, cols);
-  EXPECT_TRUE(all_close(dx0, dx1, 1e-14, 1e-14));
-  EXPECT_TRUE(all_close(dg0, dg1, 1e-14, 1e-14));
-  EXPECT_TRUE(all_close(dx, dx1, 1e-14, 1e-14));
-  // Only dx requested (dgain and dbias null) with a null gain: the same dx.
-  std::vector<double> dx_only(rows * cols, 0.0);
-  layernorm_backward<double>(dx_only.data(), nullptr, nullptr, r.data(), x.data(), mean.data(), rstd.data(), nullptr,
-                             rows, cols);
-  EXPECT_EQ(dx_only, dx0);
-}
-
-// RMSNorm with a null gain: y = x * rstd; dx against finite differences with dgain null.
-TEST(RmsNorm, NullGainMatchesFiniteDifferences) {
-  const int64_t rows = 3, cols = 6;
-  const double eps = 1e-5;
-  std::vector<double> x = norm_inputs(rows, cols, 141);
-  for (int64_t c = 0; c < cols; ++c) x[1 * cols + c] -= 0.7;  // mean square ~5e-6: eps matters
-  const std::vector<double> r = random_values(rows * cols, 142, -1.0, 2.0);
-  const std::vector<double> ones(cols, 1.0);
-  auto forward = [&](const double* gain) {
-    std::vector<double> y(rows * cols), s(rows);
-    rmsnorm_forward<double>(y.data(), s.data(), x.data(), gain, rows, cols, eps);
-    return y;
-  };
-  auto loss = [&] {
-    const auto y = forward(nullptr);
-    double acc = 0;
-    for (int64_t i = 0; i < rows * cols; ++i) acc += r[i] * y[i];
-    return acc;
-  };
-  EXPECT_TRUE(all_close(forward(nullptr), forward(ones.data()), 1e-15, 1e-15));  // up to FMA contraction
-  std::vector<double> y(rows * cols), rstd(rows);
-  rmsnorm_forward<double>(y.data(), rstd.data(), x.data(), nullptr, rows, cols, eps);
-  // The test's own y = x / sqrt(mean(x^2) + eps) for row 0.
-  double ms = 0;
-  for (int64_t c = 0; c < cols; ++c) ms += x[c] * x[c];
-  ms /= cols;
-  for (int64_t c = 0; c < cols; ++c) EXPECT_NEAR(y[c], x[c] / std::sqrt(ms + eps), 1e-14);
-  std::vector<double> dx(rows * cols, 0.5);
-  rmsnorm_backward<double>(dx.data(), nullptr, r.data(), x.data(), rstd.data(), nullptr, rows, cols);
-  for (auto& v : dx) v -= 0.5;
-  EXPECT_LT(test::gradient_error(dx, test::numeric_gradient(loss, x)), 1e-6);
-  // Same as the explicit-ones backward, with or without dgain.
-  std::vector<double> dx1(rows * cols, 0.0), dg1(cols, 0.0), dx0(rows * cols, 0.0), dg0(cols, 0.0);
-  rmsnorm_backward<double>(dx1.data(), dg1.data(), r.data(), x.data(), rstd.data(), ones.data(), rows, cols);
-  rmsnorm_backward<double>(dx0.data(), dg0.data(), r.data(), x.data(), rstd.data(), nullptr, rows, cols);
-  EXPECT_TRUE(all_close(dx0, dx1, 1e-14, 1e-14));
-  EXPECT_TRUE(all_close(dg0, dg1, 1e-14, 1e-14));
-  EXPECT_TRUE(all_close(dx, dx1, 1e-14, 1e-14));
 }
 
 template <typename T>
@@ -297,45 +152,332 @@ TEST(LayerNorm, ScalingDeviationIsPredictedByEpsilon) {
   }
 }
 
-TEST(Norm, FloatMatchesDouble) {
-  const int64_t rows = 9, cols = 37;
-  const std::vector<double> x = norm_inputs(rows, cols, 111), gain = random_values(cols, 112, 0.5, 1.5),
-                            bias = random_values(cols, 113, -0.5, 0.5), dy = random_values(rows * cols, 114);
-  const auto xf = as<float>(x), gf = as<float>(gain), bf = as<float>(bias), dyf = as<float>(dy);
-  // LayerNorm. Row 1's tiny variance amplifies the float rounding of x (relative 6e-8 of 0.7,
-  // divided by std ~ 3e-3, times rstd); to compare like with like, the double path gets the SAME
-  // float-rounded inputs (xf widened), so only the kernels' arithmetic differs.
-  const std::vector<double> xw(xf.begin(), xf.end()), gw(gf.begin(), gf.end()), bw(bf.begin(), bf.end()),
-      dyw(dyf.begin(), dyf.end());
-  std::vector<double> y(rows * cols), m(rows), s(rows), dx(rows * cols), dg(cols), db(cols);
-  layernorm_forward<double>(y.data(), m.data(), s.data(), xw.data(), gw.data(), bw.data(), rows, cols, 1e-5);
-  layernorm_backward<double>(dx.data(), dg.data(), db.data(), dyw.data(), xw.data(), m.data(), s.data(), gw.data(),
-                             rows, cols);
-  std::vector<float> yf(rows * cols), mf(rows), sf(rows), dxf(rows * cols), dgf(cols), dbf(cols);
-  layernorm_forward<float>(yf.data(), mf.data(), sf.data(), xf.data(), gf.data(), bf.data(), rows, cols, 1e-5f);
-  layernorm_backward<float>(dxf.data(), dgf.data(), dbf.data(), dyf.data(), xf.data(), mf.data(), sf.data(), gf.data(),
-                            rows, cols);
-  // Float rounds each output once (|y| <= ~3), and the saved mean/rstd are rounded to float before
-  // the backward (relative 6e-8; the mean of row 2 ~ 40 loses ~2e-6 absolute, times rstd ~ 1).
-  // dx of row 1 is ~rstd ~ 300 in magnitude. 1e-5 relative + 1e-5 absolute covers these.
-  EXPECT_TRUE(all_close(yf, y, 1e-5, 1e-5));
-  EXPECT_TRUE(all_close(mf, m, 1e-6, 0));
-  EXPECT_TRUE(all_close(sf, s, 1e-6, 0));
-  EXPECT_TRUE(all_close(dxf, dx, 1e-5, 1e-5));
-  EXPECT_TRUE(all_close(dgf, dg, 1e-5, 1e-5));
-  EXPECT_TRUE(all_close(dbf, db, 1e-5, 1e-5));
-  // RMSNorm.
-  std::vector<double> ry(rows * cols), rs(rows), rdx(rows * cols), rdg(cols);
-  rmsnorm_forward<double>(ry.data(), rs.data(), xw.data(), gw.data(), rows, cols, 1e-5);
-  rmsnorm_backward<double>(rdx.data(), rdg.data(), dyw.data(), xw.data(), rs.data(), gw.data(), rows, cols);
-  std::vector<float> ryf(rows * cols), rsf(rows), rdxf(rows * cols), rdgf(cols);
-  rmsnorm_forward<float>(ryf.data(), rsf.data(), xf.data(), gf.data(), rows, cols, 1e-5f);
-  rmsnorm_backward<float>(rdxf.data(), rdgf.data(), dyf.data(), xf.data(), rsf.data(), gf.data(), rows, cols);
-  EXPECT_TRUE(all_close(ryf, ry, 1e-5, 1e-6));
-  EXPECT_TRUE(all_close(rsf, rs, 1e-6, 0));
-  EXPECT_TRUE(all_close(rdxf, rdx, 1e-5, 1e-6));
-  EXPECT_TRUE(all_close(rdgf, rdg, 1e-5, 1e-6));
+// ---------------------------------------------------------------------------------------------
+// The op table.
+//
+// Float against double. The double path gets the SAME float-rounded inputs (widened), so only the
+// kernels' arithmetic differs (row 1's tiny variance would otherwise amplify the float rounding of
+// x, relative 6e-8 of 0.7, divided by std ~ 3e-3, times rstd). Float rounds each output once
+// (|y| <= ~3), and the saved mean/rstd are rounded to float before the backward (relative 6e-8;
+// the mean of row 2 ~ 40 loses ~2e-6 absolute, times rstd ~ 1). dx of row 1 is ~rstd ~ 300 in
+// magnitude. 1e-5 relative + 1e-5 absolute covers these (1e-6 absolute for RMSNorm's outputs, which
+// subtract no mean); the saved statistics, 1e-6 relative.
+// Gradients of the double kernels against central differences (x, gain, bias): 1e-6.
+const test::OpBounds kLayerNorm{"layernorm",
+                                {{"y", {.rtol = 1e-5, .atol = 1e-5}},
+                                 {"mean", {.rtol = 1e-6}},
+                                 {"rstd", {.rtol = 1e-6}},
+                                 {"dx", {.rtol = 1e-5, .atol = 1e-5}},
+                                 {"dgain", {.rtol = 1e-5, .atol = 1e-5}},
+                                 {"dbias", {.rtol = 1e-5, .atol = 1e-5}}},
+                                1e-6};
+const test::OpBounds kRmsNorm{"rmsnorm",
+                              {{"y", {.rtol = 1e-5, .atol = 1e-6}},
+                               {"rstd", {.rtol = 1e-6}},
+                               {"dx", {.rtol = 1e-5, .atol = 1e-6}},
+                               {"dgain", {.rtol = 1e-5, .atol = 1e-6}}},
+                              1e-6};
+// PyTorch's outputs and gradients (kernel_fixtures.h has the bounds' reasons). In float, the
+// fixture's row 2 has std ~1.2e-3 around 1: the float rounding of x (6e-8 absolute) is up to 5e-5
+// of its deviations from the mean, which y, rstd, dx and dweight inherit: rtol 1e-4 there.
+constexpr test::Bound kSmallVarianceFloat{.rtol = 1e-4, .atol_of_max = 1e-5};
+const test::OpBounds kLayerNormTorchDouble{"layernorm<double> vs torch",
+                                           {{"y", test::kTorchDouble},
+                                            {"mean", test::torch_rtol<double>()},
+                                            {"rstd", test::torch_rtol<double>()},
+                                            {"dx", test::kTorchDouble},
+                                            {"dweight", test::kTorchDouble},
+                                            {"dbias", test::kTorchDouble}}};
+const test::OpBounds kLayerNormTorchFloat{"layernorm<float> vs torch",
+                                          {{"y", kSmallVarianceFloat},
+                                           {"mean", test::torch_rtol<float>()},
+                                           {"rstd", {.rtol = kSmallVarianceFloat.rtol}},
+                                           {"dx", kSmallVarianceFloat},
+                                           {"dweight", kSmallVarianceFloat},
+                                           {"dbias", test::kTorchFloat}}};
+const test::OpBounds kRmsNormTorchDouble{"rmsnorm<double> vs torch",
+                                         {{"y", test::kTorchDouble},
+                                          {"rstd", test::torch_rtol<double>()},
+                                          {"dx", test::kTorchDouble},
+                                          {"dweight", test::kTorchDouble}}};
+const test::OpBounds kRmsNormTorchFloat{"rmsnorm<float> vs torch",
+                                        {{"y", test::kTorchFloat},
+                                         {"rstd", test::torch_rtol<float>()},
+                                         {"dx", test::kTorchFloat},
+                                         {"dweight", test::kTorchFloat}}};
+
+struct Shape {
+  int64_t rows, cols;
+  uint64_t seed;
+  std::string str() const { return "rows=" + std::to_string(rows) + " cols=" + std::to_string(cols); }
+  test::Layout rows_cols() const { return {{{"r", rows}, {"c", cols}}}; }
+  test::Layout row() const { return {{{"r", rows}}}; }
+  test::Layout col() const { return {{{"c", cols}}}; }
+};
+
+// RMSNorm's inputs: norm_inputs with row 1 moved to mean square ~5e-6, where eps matters.
+std::vector<double> rms_inputs(int64_t rows, int64_t cols, uint64_t seed) {
+  std::vector<double> x = norm_inputs(rows, cols, seed);
+  if (rows > 1)
+    for (int64_t c = 0; c < cols; ++c) x[1 * cols + c] -= 0.7;
+  return x;
 }
+
+double weighted_sum(const std::vector<double>& r, const std::vector<double>& y) {
+  double acc = 0;
+  for (size_t i = 0; i < y.size(); ++i) acc += r[i] * y[i];
+  return acc;
+}
+
+// LayerNorm in T: y, mean, rstd and the backward of dy (dx, dgain, dbias; buffers starting at 0).
+template <typename T>
+std::vector<std::vector<T>> layernorm_outputs(const Shape& sh, const std::vector<T>& x, const std::vector<T>& g,
+                                              const std::vector<T>& b, const std::vector<T>& dy) {
+  const int64_t rows = sh.rows, cols = sh.cols;
+  std::vector<T> y(rows * cols), m(rows), s(rows), dx(rows * cols), dg(cols), db(cols);
+  layernorm_forward<T>(y.data(), m.data(), s.data(), x.data(), g.data(), b.data(), rows, cols, T(1e-5));
+  layernorm_backward<T>(dx.data(), dg.data(), db.data(), dy.data(), x.data(), m.data(), s.data(), g.data(), rows, cols);
+  return {y, m, s, dx, dg, db};
+}
+
+test::OpCase layernorm_float_vs_double(const Shape& sh) {
+  return test::compare_case(kLayerNorm, "float vs double " + sh.str(), [sh] {
+    const int64_t rows = sh.rows, cols = sh.cols;
+    const auto xf = as<float>(norm_inputs(rows, cols, sh.seed));
+    const auto gf = as<float>(random_values(cols, sh.seed + 1, 0.5, 1.5));
+    const auto bf = as<float>(random_values(cols, sh.seed + 2, -0.5, 0.5));
+    const auto dyf = as<float>(random_values(rows * cols, sh.seed + 3));
+    const auto d = layernorm_outputs<double>(sh, as<double>(xf), as<double>(gf), as<double>(bf), as<double>(dyf));
+    const auto f = layernorm_outputs<float>(sh, xf, gf, bf, dyf);
+    return std::vector<test::Compared>{
+        test::compared("y", f[0], d[0], sh.rows_cols()), test::compared("mean", f[1], d[1], sh.row()),
+        test::compared("rstd", f[2], d[2], sh.row()),    test::compared("dx", f[3], d[3], sh.rows_cols()),
+        test::compared("dgain", f[4], d[4], sh.col()),   test::compared("dbias", f[5], d[5], sh.col())};
+  });
+}
+
+test::OpCase rmsnorm_float_vs_double(const Shape& sh) {
+  return test::compare_case(kRmsNorm, "float vs double " + sh.str(), [sh] {
+    const int64_t rows = sh.rows, cols = sh.cols;
+    const auto xf = as<float>(norm_inputs(rows, cols, sh.seed));
+    const auto gf = as<float>(random_values(cols, sh.seed + 1, 0.5, 1.5));
+    const auto dyf = as<float>(random_values(rows * cols, sh.seed + 3));
+    auto run = [&](auto zero, const auto& x, const auto& g, const auto& dy) {
+      using T = decltype(zero);
+      std::vector<T> y(rows * cols), s(rows), dx(rows * cols), dg(cols);
+      rmsnorm_forward<T>(y.data(), s.data(), x.data(), g.data(), rows, cols, T(1e-5));
+      rmsnorm_backward<T>(dx.data(), dg.data(), dy.data(), x.data(), s.data(), g.data(), rows, cols);
+      return std::vector<std::vector<T>>{y, s, dx, dg};
+    };
+    const auto d = run(0.0, as<double>(xf), as<double>(gf), as<double>(dyf));
+    const auto f = run(0.0f, xf, gf, dyf);
+    return std::vector<test::Compared>{
+        test::compared("y", f[0], d[0], sh.rows_cols()), test::compared("rstd", f[1], d[1], sh.row()),
+        test::compared("dx", f[2], d[2], sh.rows_cols()), test::compared("dgain", f[3], d[3], sh.col())};
+  });
+}
+
+// loss = sum(r * y) for x, gain and bias; the gradient buffers start non-zero (the backward
+// accumulates). Null gradient pointers are skipped: dx alone is the same.
+test::OpCase layernorm_finite_differences(const Shape& sh) {
+  return test::gradient_case(kLayerNorm, "finite differences " + sh.str(), [sh] {
+    const int64_t rows = sh.rows, cols = sh.cols;
+    const double eps = 1e-5;
+    const std::vector<double> x = norm_inputs(rows, cols, sh.seed), gain = random_values(cols, sh.seed + 1, 0.5, 1.5),
+                              bias = random_values(cols, sh.seed + 2, -0.5, 0.5);
+    const std::vector<double> r = random_values(rows * cols, sh.seed + 3, -1.0, 2.0);
+    auto loss = [=](const std::vector<std::vector<double>>& in) {
+      std::vector<double> y(rows * cols), m(rows), s(rows);
+      layernorm_forward<double>(y.data(), m.data(), s.data(), in[0].data(), in[1].data(), in[2].data(), rows, cols,
+                                eps);
+      return weighted_sum(r, y);
+    };
+    std::vector<double> y(rows * cols), mean(rows), rstd(rows);
+    layernorm_forward<double>(y.data(), mean.data(), rstd.data(), x.data(), gain.data(), bias.data(), rows, cols, eps);
+    std::vector<double> dx(rows * cols, 0.25), dg(cols, -0.5), db(cols, 1.0);
+    layernorm_backward<double>(dx.data(), dg.data(), db.data(), r.data(), x.data(), mean.data(), rstd.data(),
+                               gain.data(), rows, cols);
+    for (auto& v : dx) v -= 0.25;
+    for (auto& v : dg) v += 0.5;
+    for (auto& v : db) v -= 1.0;
+    std::vector<double> dx_only(rows * cols, 0.0);
+    layernorm_backward<double>(dx_only.data(), nullptr, nullptr, r.data(), x.data(), mean.data(), rstd.data(),
+                               gain.data(), rows, cols);
+    EXPECT_TRUE(all_close(dx_only, dx, 1e-14, 1e-14));
+    return test::GradientCheck{
+        {{"x", x, dx, sh.rows_cols()}, {"gain", gain, dg, sh.col()}, {"bias", bias, db, sh.col()}}, loss};
+  });
+}
+
+test::OpCase rmsnorm_finite_differences(const Shape& sh) {
+  return test::gradient_case(kRmsNorm, "finite differences " + sh.str(), [sh] {
+    const int64_t rows = sh.rows, cols = sh.cols;
+    const double eps = 1e-5;
+    const std::vector<double> x = rms_inputs(rows, cols, sh.seed), gain = random_values(cols, sh.seed + 1, 0.5, 1.5);
+    const std::vector<double> r = random_values(rows * cols, sh.seed + 2, -1.0, 2.0);
+    auto loss = [=](const std::vector<std::vector<double>>& in) {
+      std::vector<double> y(rows * cols), s(rows);
+      rmsnorm_forward<double>(y.data(), s.data(), in[0].data(), in[1].data(), rows, cols, eps);
+      return weighted_sum(r, y);
+    };
+    std::vector<double> y(rows * cols), rstd(rows);
+    rmsnorm_forward<double>(y.data(), rstd.data(), x.data(), gain.data(), rows, cols, eps);
+    std::vector<double> dx(rows * cols, -0.75), dg(cols, 2.0);
+    rmsnorm_backward<double>(dx.data(), dg.data(), r.data(), x.data(), rstd.data(), gain.data(), rows, cols);
+    for (auto& v : dx) v += 0.75;
+    for (auto& v : dg) v -= 2.0;
+    return test::GradientCheck{{{"x", x, dx, sh.rows_cols()}, {"gain", gain, dg, sh.col()}}, loss};
+  });
+}
+
+// A null gain is treated as all ones (norm.cpp's gain_at). LayerNorm with gain null (bias given):
+// the forward equals the forward with explicit ones, and dx (with dgain null, which is allowed)
+// matches finite differences of the null-gain forward; dbias too. The same as the explicit-ones
+// backward; and a dgain requested with a null gain is d/dgain at gain 1.
+test::OpCase layernorm_null_gain(const Shape& sh) {
+  return test::gradient_case(kLayerNorm, "finite differences null gain " + sh.str(), [sh] {
+    const int64_t rows = sh.rows, cols = sh.cols;
+    const double eps = 1e-5;
+    const std::vector<double> x = norm_inputs(rows, cols, sh.seed), bias = random_values(cols, sh.seed + 1, -0.5, 0.5);
+    const std::vector<double> r = random_values(rows * cols, sh.seed + 2, -1.0, 2.0);
+    const std::vector<double> ones(cols, 1.0);
+    auto forward = [=](const std::vector<double>& xv, const std::vector<double>& bv, const double* gain) {
+      std::vector<double> y(rows * cols), m(rows), s(rows);
+      layernorm_forward<double>(y.data(), m.data(), s.data(), xv.data(), gain, bv.data(), rows, cols, eps);
+      return y;
+    };
+    auto loss = [=](const std::vector<std::vector<double>>& in) {
+      return weighted_sum(r, forward(in[0], in[1], nullptr));
+    };
+    // Equal up to rounding, not bit for bit: the compiler may contract xhat * g + b into a fused
+    // multiply-add differently when g is the constant 1 (GCC's default -ffp-contract=fast).
+    EXPECT_TRUE(all_close(forward(x, bias, nullptr), forward(x, bias, ones.data()), 1e-15, 1e-15));
+    std::vector<double> y(rows * cols), mean(rows), rstd(rows);
+    layernorm_forward<double>(y.data(), mean.data(), rstd.data(), x.data(), nullptr, bias.data(), rows, cols, eps);
+    std::vector<double> dx(rows * cols, 0.25), db(cols, -1.0);
+    layernorm_backward<double>(dx.data(), nullptr, db.data(), r.data(), x.data(), mean.data(), rstd.data(), nullptr,
+                               rows, cols);
+    for (auto& v : dx) v -= 0.25;
+    for (auto& v : db) v += 1.0;
+    std::vector<double> dx1(rows * cols, 0.0), dg1(cols, 0.0), db1(cols, 0.0), dg0(cols, 0.0);
+    layernorm_backward<double>(dx1.data(), dg1.data(), db1.data(), r.data(), x.data(), mean.data(), rstd.data(),
+                               ones.data(), rows, cols);
+    std::vector<double> dx0(rows * cols, 0.0);
+    layernorm_backward<double>(dx0.data(), dg0.data(), nullptr, r.data(), x.data(), mean.data(), rstd.data(), nullptr,
+                               rows, cols);
+    EXPECT_TRUE(all_close(dx0, dx1, 1e-14, 1e-14));
+    EXPECT_TRUE(all_close(dg0, dg1, 1e-14, 1e-14));
+    EXPECT_TRUE(all_close(dx, dx1, 1e-14, 1e-14));
+    // Only dx requested (dgain and dbias null) with a null gain: the same dx.
+    std::vector<double> dx_only(rows * cols, 0.0);
+    layernorm_backward<double>(dx_only.data(), nullptr, nullptr, r.data(), x.data(), mean.data(), rstd.data(), nullptr,
+                               rows, cols);
+    EXPECT_EQ(dx_only, dx0);
+    return test::GradientCheck{{{"x", x, dx, sh.rows_cols()}, {"bias", bias, db, sh.col()}}, loss};
+  });
+}
+
+// RMSNorm with a null gain: y = x * rstd; dx against finite differences with dgain null, and the
+// same as the explicit-ones backward, with or without dgain.
+test::OpCase rmsnorm_null_gain(const Shape& sh) {
+  return test::gradient_case(kRmsNorm, "finite differences null gain " + sh.str(), [sh] {
+    const int64_t rows = sh.rows, cols = sh.cols;
+    const double eps = 1e-5;
+    const std::vector<double> x = rms_inputs(rows, cols, sh.seed);
+    const std::vector<double> r = random_values(rows * cols, sh.seed + 1, -1.0, 2.0);
+    const std::vector<double> ones(cols, 1.0);
+    auto forward = [=](const std::vector<double>& xv, const double* gain) {
+      std::vector<double> y(rows * cols), s(rows);
+      rmsnorm_forward<double>(y.data(), s.data(), xv.data(), gain, rows, cols, eps);
+      return y;
+    };
+    auto loss = [=](const std::vector<std::vector<double>>& in) { return weighted_sum(r, forward(in[0], nullptr)); };
+    EXPECT_TRUE(all_close(forward(x, nullptr), forward(x, ones.data()), 1e-15, 1e-15));  // up to FMA contraction
+    std::vector<double> y(rows * cols), rstd(rows);
+    rmsnorm_forward<double>(y.data(), rstd.data(), x.data(), nullptr, rows, cols, eps);
+    // The test's own y = x / sqrt(mean(x^2) + eps) for row 0.
+    double ms = 0;
+    for (int64_t c = 0; c < cols; ++c) ms += x[c] * x[c];
+    ms /= cols;
+    for (int64_t c = 0; c < cols; ++c) EXPECT_NEAR(y[c], x[c] / std::sqrt(ms + eps), 1e-14);
+    std::vector<double> dx(rows * cols, 0.5);
+    rmsnorm_backward<double>(dx.data(), nullptr, r.data(), x.data(), rstd.data(), nullptr, rows, cols);
+    for (auto& v : dx) v -= 0.5;
+    std::vector<double> dx1(rows * cols, 0.0), dg1(cols, 0.0), dx0(rows * cols, 0.0), dg0(cols, 0.0);
+    rmsnorm_backward<double>(dx1.data(), dg1.data(), r.data(), x.data(), rstd.data(), ones.data(), rows, cols);
+    rmsnorm_backward<double>(dx0.data(), dg0.data(), r.data(), x.data(), rstd.data(), nullptr, rows, cols);
+    EXPECT_TRUE(all_close(dx0, dx1, 1e-14, 1e-14));
+    EXPECT_TRUE(all_close(dg0, dg1, 1e-14, 1e-14));
+    EXPECT_TRUE(all_close(dx, dx1, 1e-14, 1e-14));
+    return test::GradientCheck{{{"x", x, dx, sh.rows_cols()}}, loss};
+  });
+}
+
+// PyTorch's outputs and gradients for the fixture's inputs, in T.
+template <typename T>
+test::OpCase layernorm_torch() {
+  return test::compare_case(std::is_same_v<T, double> ? kLayerNormTorchDouble : kLayerNormTorchFloat, "fixture", [] {
+    const auto& c = test::kernel_fixture("layer_norm");
+    const int64_t rows = c.at("rows"), cols = c.at("cols");
+    const T eps = static_cast<T>(c.at("eps").get<double>());
+    const auto x = as<T>(test::fixture_values(c, "x")), w = as<T>(test::fixture_values(c, "weight")),
+               b = as<T>(test::fixture_values(c, "bias")), r = as<T>(test::fixture_values(c, "r"));
+    std::vector<T> y(rows * cols), mean(rows), rstd(rows), dx(rows * cols), dw(cols), db(cols);
+    layernorm_forward<T>(y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), rows, cols, eps);
+    layernorm_backward<T>(dx.data(), dw.data(), db.data(), r.data(), x.data(), mean.data(), rstd.data(), w.data(), rows,
+                          cols);
+    const Shape sh{rows, cols, 0};
+    return std::vector<test::Compared>{test::compared("y", y, test::fixture_values(c, "y"), sh.rows_cols()),
+                                       test::compared("mean", mean, test::fixture_values(c, "mean"), sh.row()),
+                                       test::compared("rstd", rstd, test::fixture_values(c, "rstd"), sh.row()),
+                                       test::compared("dx", dx, test::fixture_values(c, "dx"), sh.rows_cols()),
+                                       test::compared("dweight", dw, test::fixture_values(c, "dweight"), sh.col()),
+                                       test::compared("dbias", db, test::fixture_values(c, "dbias"), sh.col())};
+  });
+}
+
+template <typename T>
+test::OpCase rmsnorm_torch() {
+  return test::compare_case(std::is_same_v<T, double> ? kRmsNormTorchDouble : kRmsNormTorchFloat, "fixture", [] {
+    const auto& c = test::kernel_fixture("rms_norm");
+    const int64_t rows = c.at("rows"), cols = c.at("cols");
+    const T eps = static_cast<T>(c.at("eps").get<double>());
+    const auto x = as<T>(test::fixture_values(c, "x")), w = as<T>(test::fixture_values(c, "weight")),
+               r = as<T>(test::fixture_values(c, "r"));
+    std::vector<T> y(rows * cols), rstd(rows), dx(rows * cols), dw(cols);
+    rmsnorm_forward<T>(y.data(), rstd.data(), x.data(), w.data(), rows, cols, eps);
+    rmsnorm_backward<T>(dx.data(), dw.data(), r.data(), x.data(), rstd.data(), w.data(), rows, cols);
+    const Shape sh{rows, cols, 0};
+    return std::vector<test::Compared>{test::compared("y", y, test::fixture_values(c, "y"), sh.rows_cols()),
+                                       test::compared("rstd", rstd, test::fixture_values(c, "rstd"), sh.row()),
+                                       test::compared("dx", dx, test::fixture_values(c, "dx"), sh.rows_cols()),
+                                       test::compared("dweight", dw, test::fixture_values(c, "dweight"), sh.col())};
+  });
+}
+
+std::vector<test::OpCase> op_cases() {
+  std::vector<test::OpCase> cases;
+  for (const Shape& sh :
+       {Shape{9, 37, 111}, Shape{1, 1, 115}, Shape{1, 64, 116}, Shape{5, 3, 117}, Shape{2, 64, 118}}) {
+    cases.push_back(layernorm_float_vs_double(sh));
+    cases.push_back(rmsnorm_float_vs_double(sh));
+  }
+  for (const Shape& sh : {Shape{3, 5, 71}, Shape{1, 1, 75}, Shape{2, 1, 76}, Shape{4, 9, 77}})
+    cases.push_back(layernorm_finite_differences(sh));
+  for (const Shape& sh : {Shape{3, 6, 81}, Shape{1, 3, 85}, Shape{2, 4, 86}, Shape{4, 9, 87}})
+    cases.push_back(rmsnorm_finite_differences(sh));
+  for (const Shape& sh : {Shape{3, 5, 131}, Shape{4, 9, 135}}) cases.push_back(layernorm_null_gain(sh));
+  for (const Shape& sh : {Shape{3, 6, 141}, Shape{4, 9, 145}}) cases.push_back(rmsnorm_null_gain(sh));
+  cases.push_back(layernorm_torch<double>());
+  cases.push_back(layernorm_torch<float>());
+  cases.push_back(rmsnorm_torch<double>());
+  cases.push_back(rmsnorm_torch<float>());
+  return cases;
+}
+
+class NormOps : public test::OpCaseTest {};
+TEST_P(NormOps, WithinBounds) { test::check_case(GetParam()); }
+INSTANTIATE_TEST_SUITE_P(Table, NormOps, ::testing::ValuesIn(op_cases()), test::case_name);
 
 TEST(Norm, SameResultWithOneAndTwoThreads) {
   // 300 x 130 = 39000 elements: above the kernels' 2^15-element parallel threshold; 130 columns make

@@ -1,12 +1,15 @@
 // Rotary position embedding: length preservation, the relative-position identity (both sides
 // computed by separate kernel calls), both pairings against hand-computed cases and against each
-// other, per-token positions, the cached-query position trap, the backward against finite
-// differences, float angles, threads, a configurable base and argument checks.
+// other, per-token positions, the cached-query position trap, a configurable base; the op table:
+// float against double (float data, angles in double, at large positions), the backward against
+// finite differences; threads and argument checks.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include "core/error.h"
@@ -18,6 +21,7 @@ namespace tformer {
 namespace {
 
 using test::all_close;
+using test::as;
 using test::random_values;
 
 constexpr RopePairing kPairings[] = {RopePairing::Adjacent, RopePairing::Halves};
@@ -206,7 +210,7 @@ TEST(Rope, RejectsANonPositiveOrNonFiniteBase) {
   EXPECT_NO_THROW(rope_forward<double>(x.data(), pos.data(), 2, 1, 4, ok));
 }
 
-// TRAPS.md 8: the pairings are not interchangeable.
+// The pairings are not interchangeable: weights rotated with the other one give other scores.
 TEST(Rope, PairingsAreNotInterchangeable) {
   const int64_t hd = 8, n = 4;
   const std::vector<int64_t> pos{0, 1, 2, 50};
@@ -261,16 +265,52 @@ TEST(Rope, RestartingPositionsForACachedQueryChangesTheScore) {
   }
 }
 
-// Gradient of L = sum(r * rope(x)) w.r.t. x: rope_backward rotates r back.
-TEST(Rope, BackwardMatchesFiniteDifferences) {
-  const int64_t n = 4, H = 2, hd = 6, stride = H * hd + 2;
-  const std::vector<int64_t> pos{0, 3, 17, 250};
-  for (RopePairing pairing : kPairings) {
-    const RopeParams p = params(hd, pairing);
-    std::vector<double> x = random_values(n * stride, 51);
-    const std::vector<double> r = random_values(n * stride, 52);
-    auto loss = [&] {
-      auto y = x;
+// ---------------------------------------------------------------------------------------------
+// The op table.
+//
+// Float data, angles in double: at position 100000 a float angle (100000 * theta_0 rounded to
+// float) would be off by up to ~4e-3 rad; ours matches double to float precision, 1e-6 absolute on
+// entries of size <= 1. The backward (rotating the gradient back) against central differences of
+// loss = sum(r * rope(x)): 1e-6.
+const test::OpBounds kRopeAdjacent{"rope adjacent", {{"y", {.atol = 1e-6}}}, 1e-6};
+const test::OpBounds kRopeHalves{"rope halves", {{"y", {.atol = 1e-6}}}, 1e-6};
+
+const test::OpBounds& rope_op(RopePairing p) { return p == RopePairing::Adjacent ? kRopeAdjacent : kRopeHalves; }
+
+struct Shape {
+  int64_t n, H, hd, stride;  // stride: a token's row, >= H * hd (a wider row: untouched columns)
+  std::vector<int64_t> pos;
+  uint64_t seed;
+  std::string str() const {
+    std::ostringstream os;
+    os << "n=" << n << " H=" << H << " hd=" << hd << " stride=" << stride << " pos";
+    for (int64_t p : pos) os << " " << p;
+    return os.str();
+  }
+  test::Layout layout() const { return {{{"t", n}, {"c", stride}}}; }
+};
+
+test::OpCase float_vs_double(RopePairing pairing, const Shape& sh) {
+  return test::compare_case(rope_op(pairing), "float vs double " + sh.str(), [pairing, sh] {
+    const RopeParams p = params(sh.hd, pairing);
+    auto xd = random_values(sh.n * sh.stride, sh.seed);
+    std::vector<float> xf = as<float>(xd);
+    rope_forward<double>(xd.data(), sh.pos.data(), sh.n, sh.H, sh.stride, p);
+    rope_forward<float>(xf.data(), sh.pos.data(), sh.n, sh.H, sh.stride, p);
+    return std::vector<test::Compared>{test::compared("y", xf, xd, sh.layout())};
+  });
+}
+
+// The columns of a row past the heads are not part of any head: the loss ignores them, and the
+// backward leaves them as they were. The backward undoes the forward (R^T R = I).
+test::OpCase finite_differences(RopePairing pairing, const Shape& sh) {
+  return test::gradient_case(rope_op(pairing), "finite differences " + sh.str(), [pairing, sh] {
+    const RopeParams p = params(sh.hd, pairing);
+    const int64_t n = sh.n, H = sh.H, hd = sh.hd, stride = sh.stride;
+    const std::vector<int64_t> pos = sh.pos;
+    const std::vector<double> x = random_values(n * stride, sh.seed), r = random_values(n * stride, sh.seed + 1);
+    auto loss = [=](const std::vector<std::vector<double>>& in) {
+      auto y = in[0];
       rope_forward<double>(y.data(), pos.data(), n, H, stride, p);
       double s = 0;
       for (int64_t t = 0; t < n; ++t)
@@ -279,36 +319,35 @@ TEST(Rope, BackwardMatchesFiniteDifferences) {
     };
     auto g = r;
     rope_backward<double>(g.data(), pos.data(), n, H, stride, p);
-    // The two padding columns of each row are not part of any head: the loss ignores them, and
-    // the backward leaves them as they were.
     for (int64_t t = 0; t < n; ++t)
       for (int64_t c = H * hd; c < stride; ++c) {
         EXPECT_EQ(g[t * stride + c], r[t * stride + c]);
         g[t * stride + c] = 0;
       }
-    EXPECT_LT(test::gradient_error(g, test::numeric_gradient(loss, x)), 1e-6) << name(pairing);
-    // The backward undoes the forward (R^T R = I).
     auto y = x;
     rope_forward<double>(y.data(), pos.data(), n, H, stride, p);
     rope_backward<double>(y.data(), pos.data(), n, H, stride, p);
-    EXPECT_TRUE(all_close(y, x, 0, 1e-14)) << name(pairing);
-  }
+    EXPECT_TRUE(all_close(y, x, 0, 1e-14));
+    return test::GradientCheck{{{"x", x, g, sh.layout()}}, loss};
+  });
 }
 
-// Float data, angles in double: at position 100000 a float angle (100000 * theta_0 rounded to
-// float) would be off by up to ~4e-3 rad; ours matches double to float precision.
-TEST(Rope, FloatAgreesWithDoubleAtLargePositions) {
-  const int64_t n = 3, H = 2, hd = 16;
-  const std::vector<int64_t> pos{5, 100000, 123457};
+std::vector<test::OpCase> op_cases() {
+  std::vector<test::OpCase> cases;
   for (RopePairing pairing : kPairings) {
-    const RopeParams p = params(hd, pairing);
-    auto xd = random_values(n * H * hd, 61);
-    std::vector<float> xf(xd.begin(), xd.end());
-    rope_forward<double>(xd.data(), pos.data(), n, H, H * hd, p);
-    rope_forward<float>(xf.data(), pos.data(), n, H, H * hd, p);
-    EXPECT_TRUE(all_close(xf, xd, 0, 1e-6)) << name(pairing);
+    for (const Shape& sh : {Shape{3, 2, 16, 32, {5, 100000, 123457}, 61}, Shape{1, 1, 2, 2, {7}, 62},
+                            Shape{4, 3, 64, 200, {0, 1, 4095, 70000}, 63}})
+      cases.push_back(float_vs_double(pairing, sh));
+    for (const Shape& sh :
+         {Shape{4, 2, 6, 14, {0, 3, 17, 250}, 51}, Shape{1, 1, 2, 2, {9}, 53}, Shape{3, 1, 8, 8, {1, 2, 1000}, 54}})
+      cases.push_back(finite_differences(pairing, sh));
   }
+  return cases;
 }
+
+class RopeOps : public test::OpCaseTest {};
+TEST_P(RopeOps, WithinBounds) { test::check_case(GetParam()); }
+INSTANTIATE_TEST_SUITE_P(Table, RopeOps, ::testing::ValuesIn(op_cases()), test::case_name);
 
 TEST(Rope, IdenticalWithOneAndTwoThreads) {
   const int64_t n = 512, H = 4, hd = 32;

@@ -1,13 +1,17 @@
 // Softmax and log-softmax: hand-computed rows, the masking policy (-inf = not allowed, max over
-// allowed entries, all-masked rows), backward against finite differences, float against double,
-// and thread-count independence.
+// allowed entries, all-masked rows); the op table: float against double, the backward against
+// finite differences, PyTorch's outputs and gradients (fixtures/kernels.json); thread-count
+// independence.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <limits>
+#include <string>
+#include <type_traits>
 #include <vector>
 
 #include "core/threads.h"
+#include "kernel_fixtures.h"
 #include "kernels/softmax.h"
 #include "test_util.h"
 
@@ -15,14 +19,10 @@ namespace tformer {
 namespace {
 
 using test::all_close;
+using test::as;
 using test::random_values;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
-
-template <typename T>
-std::vector<T> as(const std::vector<double>& v) {
-  return std::vector<T>(v.begin(), v.end());
-}
 
 template <typename T>
 bool all_finite(const std::vector<T>& v) {
@@ -179,84 +179,152 @@ std::vector<double> masked_scores(int64_t rows, int64_t cols, uint64_t seed) {
   return x;
 }
 
-TEST(Softmax, BackwardMatchesFiniteDifferences) {
-  const int64_t rows = 5, cols = 4;
-  for (bool with_mask : {false, true}) {
-    std::vector<double> x = with_mask ? masked_scores(rows, cols, 31) : random_values(rows * cols, 31, -2.0, 3.0);
-    const std::vector<double> r = random_values(rows * cols, 32, -1.0, 2.0);
-    auto loss = [&] {
-      std::vector<double> y(rows * cols);
-      softmax_forward<double>(y.data(), x.data(), rows, cols);
-      double s = 0;
-      for (int64_t i = 0; i < rows * cols; ++i) s += r[i] * y[i];
-      return s;
-    };
-    std::vector<double> y(rows * cols);
-    softmax_forward<double>(y.data(), x.data(), rows, cols);
-    std::vector<double> dx(rows * cols, 0.375);  // non-zero start: backward accumulates
-    softmax_backward<double>(dx.data(), r.data(), y.data(), rows, cols);
-    for (auto& v : dx) v -= 0.375;
-    // Masked entries: x = -inf stays -inf under +-h, so the numeric gradient is 0, as is ours.
-    EXPECT_LT(test::gradient_error(dx, test::numeric_gradient(loss, x)), 1e-6) << "mask " << with_mask;
-    EXPECT_TRUE(all_finite(dx));
+// ---------------------------------------------------------------------------------------------
+// The op table.
+//
+// Float against double: inputs rounded to float (relative 6e-8, |x| <= 3) move each output by a
+// few 1e-7; outputs are rounded once more. 1e-5 relative + 1e-6 absolute leaves a wide margin yet
+// catches any float-accumulation or formula slip; a -inf entry (log-softmax of a masked score)
+// must be -inf in float too. Gradients of the double kernels against central differences: 1e-6.
+const test::OpBounds kSoftmax{
+    "softmax", {{"y", {.rtol = 1e-5, .atol = 1e-6}}, {"dx", {.rtol = 1e-5, .atol = 1e-6}}}, 1e-6};
+const test::OpBounds kLogSoftmax{
+    "log_softmax", {{"y", {.rtol = 1e-5, .atol = 1e-6}}, {"dx", {.rtol = 1e-5, .atol = 1e-6}}}, 1e-6};
+// PyTorch's outputs and gradients (kernel_fixtures.h has the bounds' reasons).
+const test::OpBounds kSoftmaxTorchDouble{"softmax<double> vs torch",
+                                         {{"y", test::kTorchDouble}, {"dx", test::kTorchDouble}}};
+const test::OpBounds kSoftmaxTorchFloat{"softmax<float> vs torch",
+                                        {{"y", test::kTorchFloat}, {"dx", test::kTorchFloat}}};
+const test::OpBounds kLogSoftmaxTorchDouble{"log_softmax<double> vs torch",
+                                            {{"y", test::kTorchDouble}, {"dx", test::kTorchDouble}}};
+const test::OpBounds kLogSoftmaxTorchFloat{"log_softmax<float> vs torch",
+                                           {{"y", test::kTorchFloat}, {"dx", test::kTorchFloat}}};
+
+struct Shape {
+  int64_t rows, cols;
+  bool masked;
+  uint64_t seed;
+  std::string str() const {
+    return "rows=" + std::to_string(rows) + " cols=" + std::to_string(cols) + (masked ? " masked" : "");
   }
+  std::vector<double> scores() const {
+    return masked ? masked_scores(rows, cols, seed) : random_values(rows * cols, seed, -2.0, 3.0);
+  }
+  test::Layout layout() const { return {{{"r", rows}, {"c", cols}}}; }
+};
+
+// y = (log-)softmax(x) and dx = backward(dy) in T.
+template <typename T>
+std::vector<std::vector<T>> run(bool log, const std::vector<T>& x, const std::vector<T>& dy, int64_t rows,
+                                int64_t cols) {
+  std::vector<T> y(rows * cols), dx(rows * cols);
+  if (log) {
+    log_softmax_forward<T>(y.data(), x.data(), rows, cols);
+    log_softmax_backward<T>(dx.data(), dy.data(), y.data(), rows, cols);
+  } else {
+    softmax_forward<T>(y.data(), x.data(), rows, cols);
+    softmax_backward<T>(dx.data(), dy.data(), y.data(), rows, cols);
+  }
+  return {y, dx};
 }
 
-TEST(LogSoftmax, BackwardMatchesFiniteDifferences) {
-  const int64_t rows = 5, cols = 4;
-  for (bool with_mask : {false, true}) {
-    std::vector<double> x = with_mask ? masked_scores(rows, cols, 41) : random_values(rows * cols, 41, -2.0, 3.0);
-    const std::vector<double> r = random_values(rows * cols, 42, -1.0, 2.0);
-    // Masked outputs are the constant -inf; the loss takes the allowed outputs only.
-    auto loss = [&] {
-      std::vector<double> y(rows * cols);
-      log_softmax_forward<double>(y.data(), x.data(), rows, cols);
+// The float kernels against the double kernels on the same inputs.
+test::OpCase float_vs_double(bool log, const Shape& sh) {
+  return test::compare_case(log ? kLogSoftmax : kSoftmax, "float vs double " + sh.str(), [log, sh] {
+    const std::vector<double> x = sh.scores();
+    const std::vector<double> dy = random_values(sh.rows * sh.cols, sh.seed + 1, -1.0, 1.0);
+    const auto d = run<double>(log, x, dy, sh.rows, sh.cols);
+    const auto f = run<float>(log, as<float>(x), as<float>(dy), sh.rows, sh.cols);
+    return std::vector<test::Compared>{test::compared("y", f[0], d[0], sh.layout()),
+                                       test::compared("dx", f[1], d[1], sh.layout())};
+  });
+}
+
+// loss = sum(r * y) over the allowed outputs (a masked log-softmax output is the constant -inf);
+// dy = r everywhere, masked slots included: their dy must be ignored. The gradient buffer starts
+// non-zero: the backward accumulates.
+test::OpCase finite_differences(bool log, const Shape& sh) {
+  return test::gradient_case(log ? kLogSoftmax : kSoftmax, "finite differences " + sh.str(), [log, sh] {
+    const int64_t n = sh.rows * sh.cols;
+    const std::vector<double> r = random_values(n, sh.seed + 1, -1.0, 2.0);
+    auto loss = [log, sh, n, r](const std::vector<std::vector<double>>& in) {
+      std::vector<double> y(n);
+      if (log)
+        log_softmax_forward<double>(y.data(), in[0].data(), sh.rows, sh.cols);
+      else
+        softmax_forward<double>(y.data(), in[0].data(), sh.rows, sh.cols);
       double s = 0;
-      for (int64_t i = 0; i < rows * cols; ++i)
+      for (int64_t i = 0; i < n; ++i)
         if (y[i] != -kInf) s += r[i] * y[i];
       return s;
     };
-    std::vector<double> y(rows * cols);
-    log_softmax_forward<double>(y.data(), x.data(), rows, cols);
-    std::vector<double> dx(rows * cols, -1.25);
-    // dy is r everywhere, including masked slots: their dy must be ignored.
-    log_softmax_backward<double>(dx.data(), r.data(), y.data(), rows, cols);
-    for (auto& v : dx) v += 1.25;
-    EXPECT_LT(test::gradient_error(dx, test::numeric_gradient(loss, x)), 1e-6) << "mask " << with_mask;
+    const std::vector<double> x = sh.scores();
+    std::vector<double> y(n);
+    const double start = log ? -1.25 : 0.375;
+    std::vector<double> dx(n, start);
+    if (log) {
+      log_softmax_forward<double>(y.data(), x.data(), sh.rows, sh.cols);
+      log_softmax_backward<double>(dx.data(), r.data(), y.data(), sh.rows, sh.cols);
+    } else {
+      softmax_forward<double>(y.data(), x.data(), sh.rows, sh.cols);
+      softmax_backward<double>(dx.data(), r.data(), y.data(), sh.rows, sh.cols);
+    }
+    for (auto& v : dx) v -= start;
     EXPECT_TRUE(all_finite(dx));
-  }
+    // Masked entries: the central difference of a -inf coordinate is 0, as is ours.
+    return test::GradientCheck{{{"x", x, dx, sh.layout()}}, loss};
+  });
 }
 
-TEST(Softmax, FloatMatchesDouble) {
-  const int64_t rows = 7, cols = 33;
-  const std::vector<double> x = masked_scores(rows, cols, 51);
-  const std::vector<double> dy = random_values(rows * cols, 52, -1.0, 1.0);
-  std::vector<double> y(rows * cols), ly(rows * cols), dx(rows * cols), ldx(rows * cols);
-  softmax_forward<double>(y.data(), x.data(), rows, cols);
-  softmax_backward<double>(dx.data(), dy.data(), y.data(), rows, cols);
-  log_softmax_forward<double>(ly.data(), x.data(), rows, cols);
-  log_softmax_backward<double>(ldx.data(), dy.data(), ly.data(), rows, cols);
-  const auto xf = as<float>(x), dyf = as<float>(dy);
-  std::vector<float> yf(rows * cols), lyf(rows * cols), dxf(rows * cols), ldxf(rows * cols);
-  softmax_forward<float>(yf.data(), xf.data(), rows, cols);
-  softmax_backward<float>(dxf.data(), dyf.data(), yf.data(), rows, cols);
-  log_softmax_forward<float>(lyf.data(), xf.data(), rows, cols);
-  log_softmax_backward<float>(ldxf.data(), dyf.data(), lyf.data(), rows, cols);
-  // Inputs rounded to float (relative 6e-8, |x| <= 3) move each output by a few 1e-7; outputs are
-  // rounded once more. 1e-5 relative + 1e-6 absolute leaves a wide margin yet catches any
-  // float-accumulation or formula slip. -inf entries compare equal (diff 0 is not computed: skip them).
-  for (int64_t i = 0; i < rows * cols; ++i) {
-    if (ly[i] == -kInf) {
-      EXPECT_EQ(lyf[i], -std::numeric_limits<float>::infinity());
-      ly[i] = 0;
-      lyf[i] = 0;
+// PyTorch's outputs and gradients (fixtures/kernels.json) for the fixture's inputs, in T.
+template <typename T>
+test::OpCase torch_case(bool log) {
+  const test::OpBounds& op = log ? (std::is_same_v<T, double> ? kLogSoftmaxTorchDouble : kLogSoftmaxTorchFloat)
+                                 : (std::is_same_v<T, double> ? kSoftmaxTorchDouble : kSoftmaxTorchFloat);
+  return test::compare_case(op, "fixture", [log] {
+    const auto& c = test::kernel_fixture(log ? "log_softmax" : "softmax");
+    const int64_t rows = c.at("rows"), cols = c.at("cols");
+    const auto masked = c.at("masked").get<std::vector<int>>();
+    std::vector<T> x = as<T>(test::fixture_values(c, "x"));
+    for (size_t i = 0; i < x.size(); ++i)
+      if (masked[i]) x[i] = -std::numeric_limits<T>::infinity();
+    const auto r = as<T>(test::fixture_values(c, "r"));  // r is non-zero at masked slots too: ignored
+    auto out = run<T>(log, x, r, rows, cols);
+    std::vector<T>& y = out[0];
+    for (size_t i = 0; i < y.size(); ++i) {
+      if (log && masked[i]) {
+        EXPECT_EQ(y[i], -std::numeric_limits<T>::infinity()) << i;
+        y[i] = 0;  // the fixture writes 0 there (JSON has no infinity)
+      }
+      if (masked[i]) {
+        EXPECT_EQ(out[1][i], T(0)) << i;
+      }
     }
-  }
-  EXPECT_TRUE(all_close(yf, y, 1e-5, 1e-6));
-  EXPECT_TRUE(all_close(dxf, dx, 1e-5, 1e-6));
-  EXPECT_TRUE(all_close(lyf, ly, 1e-5, 1e-6));
-  EXPECT_TRUE(all_close(ldxf, ldx, 1e-5, 1e-6));
+    const test::Layout at{{{"r", rows}, {"c", cols}}};
+    return std::vector<test::Compared>{test::compared("y", y, test::fixture_values(c, "y"), at),
+                                       test::compared("dx", out[1], test::fixture_values(c, "dx"), at)};
+  });
 }
+
+std::vector<test::OpCase> op_cases() {
+  std::vector<test::OpCase> cases;
+  for (bool log : {false, true}) {
+    for (const Shape& sh : {Shape{7, 33, true, 51}, Shape{1, 1, false, 53}, Shape{1, 7, false, 54},
+                            Shape{4, 1, true, 55}, Shape{3, 130, false, 56}, Shape{16, 17, true, 57}})
+      cases.push_back(float_vs_double(log, sh));
+    const uint64_t seed = log ? 41 : 31;
+    for (const Shape& sh : {Shape{5, 4, false, seed}, Shape{5, 4, true, seed}, Shape{1, 1, false, seed + 10},
+                            Shape{6, 9, true, seed + 20}})
+      cases.push_back(finite_differences(log, sh));
+    cases.push_back(torch_case<double>(log));
+    cases.push_back(torch_case<float>(log));
+  }
+  return cases;
+}
+
+class SoftmaxOps : public test::OpCaseTest {};
+TEST_P(SoftmaxOps, WithinBounds) { test::check_case(GetParam()); }
+INSTANTIATE_TEST_SUITE_P(Table, SoftmaxOps, ::testing::ValuesIn(op_cases()), test::case_name);
 
 TEST(Softmax, SameResultWithOneAndTwoThreads) {
   // 300 x 131 = 39300 elements: above the kernels' 2^15-element parallel threshold.

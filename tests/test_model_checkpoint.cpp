@@ -18,14 +18,9 @@ namespace fs = std::filesystem;
 
 class CheckpointTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("tformer_ckpt_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
   std::string path(const char* name) const { return (dir_ / name).string(); }
-  fs::path dir_;
+  test::TempDir tmp_;  // a fresh folder per test, removed afterwards
+  fs::path dir_ = tmp_.path();
 };
 
 ModelConfig config(const char* overrides = "{}") {

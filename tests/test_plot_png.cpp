@@ -17,6 +17,7 @@
 #include "plot/deflate.h"
 #include "plot/loss_curves.h"
 #include "plot/png.h"
+#include "test_util.h"
 
 namespace tformer {
 namespace {
@@ -242,14 +243,6 @@ std::vector<uint8_t> random_pixels(int w, int h, uint64_t seed) {
 
 class PngTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    static std::atomic<int> counter{0};
-    dir_ = fs::temp_directory_path() /
-           ("tformer_png_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
   static std::string slurp(const std::string& p) {
     std::ifstream in(p, std::ios::binary);
@@ -259,7 +252,8 @@ class PngTest : public ::testing::Test {
     std::ofstream out(path(name), std::ios::binary | std::ios::trunc);
     out << bytes;
   }
-  fs::path dir_;
+  test::TempDir tmp_;  // a fresh folder per test, removed afterwards
+  fs::path dir_ = tmp_.path();
 };
 
 // ---- checksums --------------------------------------------------------------------------------

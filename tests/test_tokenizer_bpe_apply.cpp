@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "core/rng.h"
+#include "test_util.h"
 #include "tokenizer/sennrich_bpe.h"
 
 namespace tformer {
@@ -202,9 +203,8 @@ TEST(BpeApply, RoundTripRemovingSeparatorsGivesNormalisedInput) {
 }
 
 TEST(BpeApply, RoundTripTinyShakespeare) {
-  const std::string dir = std::string(TFORMER_SOURCE_DIR) + "/../shared/data/";
-  if (!std::filesystem::exists(dir + "tinyshakespeare.txt"))
-    GTEST_SKIP() << "shared data not found at " << dir << " (fresh clone without ../shared)";
+  TF_SKIP_WITHOUT_SHARED("tinyshakespeare.txt", "tinyshakespeare.subword-nmt.s10000.codes");
+  const std::string dir = test::shared_data_dir().string() + "/";
   const SennrichBpe bpe = SennrichBpe::load(dir + "tinyshakespeare.subword-nmt.s10000.codes");
   EXPECT_EQ(bpe.num_merges(), 10000);
   std::string input = read_file(dir + "tinyshakespeare.txt");

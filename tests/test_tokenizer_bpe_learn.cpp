@@ -15,6 +15,7 @@
 #include "core/file_io.h"
 #include "core/rng.h"
 #include "core/threads.h"
+#include "test_util.h"
 #include "tokenizer/sennrich_bpe.h"
 
 namespace tformer {
@@ -22,8 +23,9 @@ namespace {
 
 using Merges = std::vector<std::pair<std::string, std::string>>;
 
-std::string temp_file(const std::string& name, const std::string& bytes) {
-  const std::string path = ::testing::TempDir() + "tformer_bpe_learn_" + name;
+// A file `name` holding `bytes` in dir.
+std::string temp_file(const test::TempDir& dir, const std::string& name, const std::string& bytes) {
+  const std::string path = dir / name;
   std::FILE* f = std::fopen(path.c_str(), "wb");
   EXPECT_TRUE(f != nullptr);
   std::fwrite(bytes.data(), 1, bytes.size(), f);
@@ -195,7 +197,8 @@ TEST(BpeLearn, CountsAbove2To32) {
 }
 
 TEST(BpeLearn, BadInputAndOptions) {
-  const std::string path = temp_file("bad.txt", "good line\nbad \xff byte\n");
+  const test::TempDir dir;
+  const std::string path = temp_file(dir, "bad.txt", "good line\nbad \xff byte\n");
   try {
     learn_bpe({path}, BpeLearnOptions{});
     FAIL() << "expected an error";
@@ -212,25 +215,21 @@ TEST(BpeLearn, BadInputAndOptions) {
   bad.min_frequency = 0;
   EXPECT_THROW(learn_bpe_from_word_counts({{"ab", 1}}, bad), Error);
   EXPECT_THROW(learn_bpe_from_word_counts({{"a b", 1}}, BpeLearnOptions{}), Error);
-  std::remove(path.c_str());
 }
 
 // Files: counts summed, each file's lines its own; the result equals counting the text.
 TEST(BpeLearn, SeveralInputFiles) {
-  const std::string a = temp_file("a.txt", "ab ab\nxy"), b = temp_file("b.txt", "z ab\n");
+  const test::TempDir dir;
+  const std::string a = temp_file(dir, "a.txt", "ab ab\nxy"), b = temp_file(dir, "b.txt", "z ab\n");
   const auto words = bpe_count_words_in_files({a, b});
   ASSERT_EQ(words.size(), 3u);
   EXPECT_EQ(words[0].word, "ab");
   EXPECT_EQ(words[0].count, 3u);
   EXPECT_EQ(words[1].word, "xy");  // not "xyz": the files are not glued together
   EXPECT_EQ(words[2].word, "z");
-  std::remove(a.c_str());
-  std::remove(b.c_str());
 }
 
 // ---- equality with subword-nmt's own output ----
-
-std::string shared_dir() { return std::string(TFORMER_SOURCE_DIR) + "/../shared/data/"; }
 
 #if defined(__SANITIZE_ADDRESS__)
 constexpr bool kSanitized = true;
@@ -241,9 +240,8 @@ constexpr bool kSanitized = false;
 // subword-nmt's loop never looks at the requested number of merges, so its output for N merges is
 // the first N lines of its output for more (checked on the fixtures: s1000 is a prefix of s10000).
 void expect_same_as_subword_nmt(const std::string& corpus, const std::string& codes, int64_t merges) {
-  const std::string dir = shared_dir();
-  if (!std::filesystem::exists(dir + corpus) || !std::filesystem::exists(dir + codes))
-    GTEST_SKIP() << "shared data not found at " << dir << " (fresh clone without ../shared)";
+  TF_SKIP_WITHOUT_SHARED(corpus.c_str(), codes.c_str());
+  const std::string dir = test::shared_data_dir().string() + "/";
   if (kSanitized) merges = std::min<int64_t>(merges, 2000);
   BpeLearnOptions options;
   options.merges = merges;
@@ -291,15 +289,14 @@ TEST(BpeCount, FileBlocksOfAnySizeGiveTheSameCountsAsTheWholeText) {
   }
   const auto whole = as_pairs(bpe_count_words(text, "text"));
   ASSERT_GT(whole.size(), 20u);
-  const auto path =
-      (std::filesystem::temp_directory_path() / ("tformer_blocks_" + std::to_string(::getpid()))).string();
+  const test::TempDir dir;
+  const std::string path = dir / "text.txt";
   {
     std::ofstream out(path, std::ios::binary);
     out << text;
   }
   for (size_t block : {size_t{1}, size_t{2}, size_t{3}, size_t{7}, size_t{64}, size_t{1000}, size_t{8} << 20})
     EXPECT_EQ(as_pairs(bpe_count_words_in_files({path}, block)), whole) << "block size " << block;
-  std::filesystem::remove(path);
 }
 
 TEST(BpeCount, OneAndTwoThreadsCountTheSame) {

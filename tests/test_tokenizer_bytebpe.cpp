@@ -1,19 +1,23 @@
 // GPT-2's byte-level BPE: a hand-worked vocabulary, ids equal to tiktoken's (fixtures from
 // tools/reference/gen_tiktoken_fixtures.mjs), exact round trips including invalid UTF-8, streaming
-// decode, special tokens, long runs, the pre-tokenizer, file validation and serialisation.
+// decode, special tokens, long runs and serialisation. The pre-tokenizer:
+// test_tokenizer_gpt2_pretokenize.cpp; file validation: test_tokenizer_bytebpe_files.cpp;
+// training: test_tokenizer_bytebpe_train.cpp.
 #include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "bytebpe_test_util.h"
 #include "core/error.h"
 #include "core/rng.h"
 #include "core/threads.h"
 #include "core/utf8.h"
 #include "tokenizer/byte_bpe.h"
-#include "tokenizer/byte_bpe_train.h"
 #include "tokenizer/gpt2_pretokenize.h"
 #include "tokenizer_test_util.h"
 
@@ -22,67 +26,11 @@ namespace {
 
 using namespace std::string_literals;
 using Ids = std::vector<TokenId>;
-
-std::array<unsigned char, 256> identity_bytes() {
-  std::array<unsigned char, 256> b{};
-  for (int i = 0; i < 256; ++i) b[i] = static_cast<unsigned char>(i);
-  return b;
-}
-
-// Bytes in natural order (so 'a' = 97, ' ' = 32) and four merges:
-//   256 = a b ("ab"), 257 = ab c ("abc"), 258 = b c ("bc"), 259 = a a ("aa")
-ByteBpeTokenizer tiny() {
-  return ByteBpeTokenizer(identity_bytes(), {{97, 98}, {256, 99}, {98, 99}, {97, 97}}, {{"<|endoftext|>", 260}});
-}
-
-const ByteBpeTokenizer& gpt2() {
-  static const auto tok = std::make_unique<ByteBpeTokenizer>(ByteBpeTokenizer::load_gpt2_dir(*test::gpt2_dir()));
-  return *tok;
-}
-
-std::string random_bytes(Rng& rng, size_t max_len) {
-  std::string s(rng.below(max_len + 1), '\0');
-  for (char& c : s) c = static_cast<char>(rng.below(256));
-  return s;
-}
-
-// Random text mixing ASCII, multi-byte characters and (optionally) invalid bytes.
-std::string random_text(Rng& rng, size_t n_atoms, bool invalid) {
-  static const std::vector<std::string> atoms = {"a",
-                                                 "b",
-                                                 "e",
-                                                 "the",
-                                                 " ",
-                                                 "  ",
-                                                 "\n",
-                                                 "\t",
-                                                 "'s",
-                                                 "'",
-                                                 "1",
-                                                 "23",
-                                                 ".",
-                                                 "!",
-                                                 "\xc3\xa9",
-                                                 "\xe4\xb8\xad",
-                                                 "\xf0\x9f\x98\x80",
-                                                 "\xc2\xa0",
-                                                 "\xe3\x80\x80",
-                                                 "<|endoftext|>",
-                                                 "A",
-                                                 "Z",
-                                                 "'LL",
-                                                 "\r\n",
-                                                 "x"};
-  static const std::vector<std::string> bad = {"\xff", "\x80", "\xc3", "\xe4\xb8", "\xed\xa0\x80", "\xc0\xaf"};
-  std::string s;
-  for (size_t i = 0; i < n_atoms; ++i) {
-    if (invalid && rng.below(8) == 0)
-      s += bad[rng.below(bad.size())];
-    else
-      s += atoms[rng.below(atoms.size())];
-  }
-  return s;
-}
+using test::gpt2;
+using test::identity_bytes;
+using test::random_bytes;
+using test::random_text;
+using test::tiny;
 
 // ---------------------------------------------------------------------------------------------
 // Hand-worked examples (no files needed)
@@ -157,33 +105,6 @@ TEST(ByteBpeWorked, ConstructorRejectsBadVocabularies) {
   EXPECT_THROW(ByteBpeTokenizer(bytes, {{97, 98}}, {{"<|x|>", 300}}), Error);  // gap before special
   bytes[1] = 0;
   EXPECT_THROW(ByteBpeTokenizer(bytes, {}, {}), Error);  // byte 0 twice
-}
-
-TEST(Gpt2PreTokenizer, PiecesOfTheHeaderExample) {
-  const auto pieces = Gpt2PreTokenizer::instance().split("Hello world's  end\n");
-  EXPECT_EQ(pieces, (std::vector<std::string_view>{"Hello", " world", "'s", " ", " end", "\n"}));
-  EXPECT_EQ(Gpt2PreTokenizer::instance().split("THEY'RE 12ab  \n x"),
-            (std::vector<std::string_view>{"THEY", "'", "RE", " 12", "ab", "  \n", " x"}));
-  // Invalid runs are their own pieces; valid runs around them split as if alone.
-  EXPECT_EQ(Gpt2PreTokenizer::instance().split("ab\xff\xfe cd  \x80"),
-            (std::vector<std::string_view>{"ab", "\xff\xfe", " cd", "  ", "\x80"}));
-  // U+0085 and U+00A0 are white space (Unicode White_Space, as in tiktoken's regex).
-  EXPECT_EQ(Gpt2PreTokenizer::instance().split("a\xc2\x85\xc2\xa0"
-                                               "b"),
-            (std::vector<std::string_view>{"a", "\xc2\x85", "\xc2\xa0", "b"}));
-}
-
-TEST(Gpt2PreTokenizer, PiecesConcatenateToAnyInput) {
-  Rng rng(5);
-  for (int trial = 0; trial < 300; ++trial) {
-    const std::string text = trial % 2 ? random_bytes(rng, 200) : random_text(rng, 50, true);
-    std::string joined;
-    for (std::string_view piece : Gpt2PreTokenizer::instance().split(text)) {
-      EXPECT_FALSE(piece.empty());
-      joined += piece;
-    }
-    EXPECT_EQ(joined, text);
-  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -382,131 +303,6 @@ TEST(ByteBpeGpt2, TokenizerByNameFindsGpt2) {
   TF_SKIP_WITHOUT_GPT2();
   const auto tok = tokenizer_by_name("gpt2", *test::gpt2_dir());
   EXPECT_EQ(tok->encode("Hello world"), (Ids{15496, 995}));
-}
-
-// ---------------------------------------------------------------------------------------------
-// Bad files: each error names the file and the line (or the token and id).
-
-class ByteBpeBadFiles : public ::testing::Test {
- protected:
-  void SetUp() override { tiny().save_gpt2(dir_ / "encoder.json", dir_ / "vocab.bpe"); }
-  // Expects load_gpt2 to throw an Error whose message contains every one of needles.
-  void expect_error(std::initializer_list<std::string> needles) {
-    try {
-      ByteBpeTokenizer::load_gpt2(dir_ / "encoder.json", dir_ / "vocab.bpe");
-      FAIL() << "expected an error";
-    } catch (const Error& e) {
-      for (const auto& n : needles) EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << e.what();
-    }
-  }
-  std::string encoder() { return test::read_file(dir_ / "encoder.json"); }
-  void set_encoder(const std::string& s) { test::write_file(dir_.path() / "encoder.json", s); }
-  void set_vocab(const std::string& s) { test::write_file(dir_.path() / "vocab.bpe", s); }
-  test::TempDir dir_;
-};
-
-TEST_F(ByteBpeBadFiles, TheSavedFilesLoad) {
-  const ByteBpeTokenizer tok = ByteBpeTokenizer::load_gpt2(dir_ / "encoder.json", dir_ / "vocab.bpe");
-  EXPECT_EQ(tok.encode("abcbc aaa"), (Ids{257, 258, 32, 259, 97}));
-  EXPECT_EQ(test::read_file(dir_ / "vocab.bpe"), "#version: 0.2\na b\nab c\nb c\na a\n");
-}
-
-TEST_F(ByteBpeBadFiles, TruncatedJson) {
-  const std::string e = encoder();
-  set_encoder(e.substr(0, e.size() / 2));
-  expect_error({"encoder.json", "line 1"});
-}
-
-TEST_F(ByteBpeBadFiles, BadHeader) {
-  set_vocab("version 0.2\na b\n");
-  expect_error({"vocab.bpe", "line 1", "header"});
-}
-
-TEST_F(ByteBpeBadFiles, MalformedMergeLine) {
-  set_vocab("#version: 0.2\na b\nab  c\n");
-  expect_error({"vocab.bpe", "line 3", "malformed"});
-  set_vocab("#version: 0.2\na b\nabc\n");
-  expect_error({"vocab.bpe", "line 3", "malformed"});
-  set_vocab("#version: 0.2\na b\n\nab c\n");
-  expect_error({"vocab.bpe", "line 3", "malformed"});
-}
-
-TEST_F(ByteBpeBadFiles, UnknownMergePart) {
-  set_vocab("#version: 0.2\na b\nbc a\n");  // "bc" is not made before line 3
-  expect_error({"vocab.bpe", "line 3", "'bc'"});
-}
-
-TEST_F(ByteBpeBadFiles, DuplicateMerge) {
-  set_vocab("#version: 0.2\na b\nab c\na b\n");
-  expect_error({"vocab.bpe", "line 4", "duplicate", "line 2"});
-}
-
-TEST_F(ByteBpeBadFiles, MergeResultMissingOrWithTheWrongId) {
-  set_vocab("#version: 0.2\na b\nab c\nb c\na a\nc c\n");  // "cc" is not in encoder.json
-  expect_error({"vocab.bpe", "line 6", "'cc'", "encoder.json"});
-  set_vocab("#version: 0.2\nb c\na b\nab c\na a\n");  // "bc" has id 258 but is the first merge
-  expect_error({"vocab.bpe", "line 2", "id 258", "expected 256"});
-}
-
-TEST_F(ByteBpeBadFiles, IdsOutsideTheVocabulary) {
-  auto j = nlohmann::json::parse(encoder());
-  j["<|endoftext|>"] = 9999;  // a gap after the merges
-  set_encoder(j.dump());
-  expect_error({"encoder.json", "9999"});
-  j["<|endoftext|>"] = "x";
-  set_encoder(j.dump());
-  expect_error({"encoder.json", "<|endoftext|>"});
-  j.erase("<|endoftext|>");
-  j["zz"] = 260;  // neither a byte, a merge result nor <|special|>
-  set_encoder(j.dump());
-  expect_error({"encoder.json", "zz", "260"});
-}
-
-TEST_F(ByteBpeBadFiles, MissingFilesAreNamed) {
-  std::filesystem::remove(dir_.path() / "vocab.bpe");
-  expect_error({"vocab.bpe", "cannot open"});
-}
-
-// ---------------------------------------------------------------------------------------------
-// Training
-
-TEST(ByteBpeTrain, WorkedExample) {
-  // byte_bpe_train.h: "ab ab ab abc" -> merges a+b (4 times), then ' '+ab (3 times).
-  const ByteBpeTokenizer tok = train_byte_bpe("ab ab ab abc", {.vocab_size = 259, .min_frequency = 1});
-  EXPECT_EQ(tok.merges(), (std::vector<ByteBpeTokenizer::Merge>{{64, 65}, {220, 256}}));
-  EXPECT_EQ(tok.vocab_size(), 259);
-  EXPECT_EQ(tok.eot_id(), 258);
-  EXPECT_EQ(tok.encode("ab ab abc"), (Ids{256, 257, 257, 66}));
-}
-
-TEST(ByteBpeTrain, GptByteOrderMatchesTheRealVocabulary) {
-  TF_SKIP_WITHOUT_GPT2();
-  EXPECT_EQ(gpt2_byte_order(), gpt2().byte_of_id());
-}
-
-TEST(ByteBpeTrain, StopsAtMinFrequencyAndTiesGoToTheSmallerPair) {
-  // Every pair occurs once: nothing reaches min_frequency 2.
-  EXPECT_EQ(train_byte_bpe("abcdef", {.vocab_size = 300, .min_frequency = 2}).merges().size(), 0u);
-  // "ba" and "dc" both once; with min_frequency 1 the first merge is the smaller pair of ids:
-  // 'b' (65) 'a' (64) vs 'd' (67) 'c' (66) -> (65, 64).
-  const auto tok = train_byte_bpe("ba dc", {.vocab_size = 258, .min_frequency = 1});
-  EXPECT_EQ(tok.merges(), (std::vector<ByteBpeTokenizer::Merge>{{65, 64}}));
-}
-
-TEST(ByteBpeTrain, TrainedVocabularyRoundTripsThroughBothFileForms) {
-  const std::string corpus = test::read_file("fixtures/tinyshakespeare_100k.txt");
-  const ByteBpeTokenizer tok = train_byte_bpe(corpus, {.vocab_size = 600});
-  EXPECT_EQ(tok.vocab_size(), 600);
-  EXPECT_EQ(tok.eot_id(), 599);
-  const Ids ids = tok.encode(corpus);
-  EXPECT_LT(ids.size(), corpus.size() / 2);  // it compresses
-  EXPECT_EQ(tok.decode(ids), corpus);
-  test::TempDir dir;
-  tok.save_gpt2(dir / "encoder.json", dir / "vocab.bpe");
-  const ByteBpeTokenizer back = ByteBpeTokenizer::load_gpt2(dir / "encoder.json", dir / "vocab.bpe");
-  EXPECT_EQ(back.encode(corpus), ids);
-  save_tokenizer_file(tok, dir / "tok.json");
-  EXPECT_EQ(load_tokenizer_file(dir / "tok.json")->encode(corpus), ids);
 }
 
 }  // namespace

@@ -66,17 +66,23 @@ TEST(CharTokenizer, DecodeOutOfRangeNamesTheId) {
   }
 }
 
-// nanoGPT's shakespeare_char: 65 symbols, "\n !$&',-.3:;?ABC...xyz".
+// nanoGPT's shakespeare_char: 65 symbols, "\n !$&',-.3:;?ABC...xyz" (the whole corpus, from
+// ../shared).
 TEST(CharTokenizer, TinyShakespeareHasNanoGptsSixtyFiveSymbols) {
-  const std::filesystem::path full = "../../shared/data/tinyshakespeare.txt";
+  TF_SKIP_WITHOUT_SHARED("tinyshakespeare.txt");
   const std::string excerpt = test::read_file("fixtures/tinyshakespeare_100k.txt");
-  if (std::filesystem::exists(full)) {
-    const CharTokenizer tok = CharTokenizer::from_corpus(test::read_file(full));
-    EXPECT_EQ(tok.vocab_size(), 65);
-    EXPECT_EQ(tok.encode("\n !A"), (std::vector<TokenId>{0, 1, 2, 13}));
-    EXPECT_EQ(tok.encode("az"), (std::vector<TokenId>{39, 64}));
-    EXPECT_EQ(tok.decode(tok.encode(excerpt)), excerpt);
-  }
+  const CharTokenizer tok =
+      CharTokenizer::from_corpus(test::read_file(test::shared_data_dir() / "tinyshakespeare.txt"));
+  EXPECT_EQ(tok.vocab_size(), 65);
+  EXPECT_EQ(tok.encode("\n !A"), (std::vector<TokenId>{0, 1, 2, 13}));
+  EXPECT_EQ(tok.encode("az"), (std::vector<TokenId>{39, 64}));
+  EXPECT_EQ(tok.decode(tok.encode(excerpt)), excerpt);
+}
+
+// The committed excerpt (fixtures/tinyshakespeare_100k.txt): at most those 65 symbols, newline
+// and space first, and an exact round trip.
+TEST(CharTokenizer, TinyShakespeareExcerptRoundTrips) {
+  const std::string excerpt = test::read_file("fixtures/tinyshakespeare_100k.txt");
   const CharTokenizer small = CharTokenizer::from_corpus(excerpt);
   EXPECT_LE(small.vocab_size(), 65);
   EXPECT_EQ(small.encode("\n "), (std::vector<TokenId>{0, 1}));

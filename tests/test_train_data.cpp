@@ -18,6 +18,7 @@
 #include "core/error.h"
 #include "core/hash.h"
 #include "core/utf8.h"
+#include "test_util.h"
 #include "tokenizer/char_tokenizer.h"
 #include "train/data.h"
 
@@ -29,15 +30,6 @@ using ::testing::HasSubstr;
 
 class DataTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    static std::atomic<int> counter{0};
-    dir_ = fs::temp_directory_path() /
-           ("tformer_data_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
   std::string put(const std::string& name, const std::string& bytes) const {
     fs::remove(path(name));
@@ -57,7 +49,8 @@ class DataTest : public ::testing::Test {
     return names;
   }
 
-  fs::path dir_;
+  test::TempDir tmp_;  // a fresh folder per test, removed afterwards
+  fs::path dir_ = tmp_.path();
 };
 
 // Known bytes: 1000 characters of a repeating printable pattern.

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "alloc_counter.h"
+#include "test_util.h"
 #include "tokenizer/char_tokenizer.h"
 #include "train/trainer.h"
 
@@ -21,13 +22,6 @@ namespace tformer {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string temp_dir(const std::string& name) {
-  const fs::path p = fs::temp_directory_path() / ("tformer_trainer_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p.string();
-}
 
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -89,7 +83,8 @@ std::unique_ptr<TrainSession> make_session(const Fixture& f, const TrainOptions&
 // dropout, so the dropout seeds must follow the step too.
 TEST(Trainer, ResumeFromACheckpointContinuesBitForBit) {
   const Fixture f = shakespeare();
-  const std::string dir = temp_dir("resume");
+  const test::TempDir tmp;
+  const std::string dir = tmp.path().string();
   for (double dropout : {0.0, 0.1}) {
     SCOPED_TRACE(dropout);
     auto a = make_session(f, small_options(), dropout);
@@ -126,7 +121,6 @@ TEST(Trainer, ResumeFromACheckpointContinuesBitForBit) {
     // And training did something: the loss fell from ln(vocab).
     EXPECT_LT(want.back().loss, want.front().loss - 0.3);
   }
-  fs::remove_all(dir);
 }
 
 // Without the restored state the continuation differs: the test above can fail.
@@ -143,7 +137,8 @@ TEST(Trainer, AFreshSessionDoesNotReproduceTheResumedSteps) {
 // checkpoint written before is untouched.
 TEST(Trainer, NonFiniteLossNamesTheStepAndTensorAndKeepsTheCheckpoint) {
   const Fixture f = shakespeare();
-  const std::string dir = temp_dir("nan");
+  const test::TempDir tmp;
+  const std::string dir = tmp.path().string();
   auto s = make_session(f, small_options(), 0.0);
   s->step();
   s->step();
@@ -164,7 +159,6 @@ TEST(Trainer, NonFiniteLossNamesTheStepAndTensorAndKeepsTheCheckpoint) {
   auto r = make_session(f, small_options(), 0.0);
   r->load_checkpoint(ckpt);  // still a valid checkpoint
   EXPECT_EQ(r->current_step(), 2);
-  fs::remove_all(dir);
 }
 
 // An infinite gradient (a huge weight makes the logits overflow the backward but not yet the loss

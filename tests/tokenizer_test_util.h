@@ -1,4 +1,5 @@
-// Helpers shared by the tokenizer tests: reading fixtures, finding GPT-2's vocabulary, temp dirs.
+// Helpers shared by the tokenizer tests: reading fixtures, finding GPT-2's vocabulary (temp dirs:
+// test_util.h's TempDir).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -10,7 +11,7 @@
 #include <sstream>
 #include <string>
 
-#include <unistd.h>
+#include "test_util.h"
 
 namespace tformer::test {
 
@@ -47,28 +48,5 @@ inline std::optional<std::string> gpt2_dir() {
       GTEST_SKIP() << "GPT-2's vocabulary is not available: run scripts/fetch-gpt2-vocab.sh (make test does) " \
                       "or set TFORMER_GPT2_DIR to a folder with encoder.json and vocab.bpe";                   \
   } while (0)
-
-// A fresh, empty folder under the system temp dir, removed at the end of the scope.
-class TempDir {
- public:
-  TempDir() {
-    namespace fs = std::filesystem;
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    std::string name = "tformer_";
-    name += info ? std::string(info->test_suite_name()) + "_" + info->name() : "test";
-    path_ = fs::temp_directory_path() / (name + "_" + std::to_string(::getpid()));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::filesystem::path& path() const { return path_; }
-  std::string operator/(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  std::filesystem::path path_;
-};
 
 }  // namespace tformer::test

@@ -126,7 +126,7 @@ if command -v script > /dev/null 2>&1 && script -qfec true /dev/null > /dev/null
     awk '{ if (length($0) > 69 || index($0, "] step") > 21) bad = 1 } END { exit bad || NR == 0 }' "$tmp/live.lines"
   check "... with the evaluation lines above it" grep -q 'step 15: train loss [0-9.]*, val loss' "$tmp/live.txt"
 else
-  echo "skipped: the live progress bar (no pty for util-linux's script here)"
+  echo "SKIP: the live progress bar checks (util-linux's script is missing or cannot open a pseudo-terminal)"
 fi
 
 # Errors: exit 1 with a message naming the problem.

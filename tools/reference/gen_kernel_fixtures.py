@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """Writes tests/fixtures/kernels.json: PyTorch's outputs and gradients for tformer's reference kernels.
 
-An independent oracle for tests/test_reference_kernels.cpp: small, asymmetric inputs drawn from a
-seeded torch generator in float64, each operation computed with torch (softmax, log_softmax,
-layer_norm, an RMSNorm in torch ops, gelu exact/tanh, silu(a) * b, embedding, cross_entropy) and its
-gradients taken with torch.autograd as the backward of loss = sum(r * y) for a fixed random r (for
-cross-entropy, of dloss * mean loss).
+An independent oracle for the kernels' tests (each tests/test_kernels_<kernel>.cpp checks its own
+entry through its op table): small, asymmetric inputs drawn from a seeded torch generator in
+float64, each operation computed with torch (softmax, log_softmax, layer_norm, an RMSNorm in torch
+ops, gelu exact/tanh, silu(a) * b, embedding, cross_entropy) and its gradients taken with
+torch.autograd as the backward of loss = sum(r * y) for a fixed random r (for cross-entropy, of
+dloss * mean loss).
 
 Rerunnable and deterministic (same torch -> byte-identical file). Run from anywhere:
     /usr/bin/python3 tools/reference/gen_kernel_fixtures.py

@@ -1,0 +1,107 @@
+// GPT-2's vocabulary files (encoder.json, vocab.bpe) validated on load: each bad file is a clean
+// error naming the file and the line (or the token and id).
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include "bytebpe_test_util.h"
+#include "core/error.h"
+#include "tokenizer/byte_bpe.h"
+#include "tokenizer_test_util.h"
+
+namespace tformer {
+namespace {
+
+using Ids = std::vector<TokenId>;
+using test::tiny;
+
+// ---------------------------------------------------------------------------------------------
+// Bad files: each error names the file and the line (or the token and id).
+
+class ByteBpeBadFiles : public ::testing::Test {
+ protected:
+  void SetUp() override { tiny().save_gpt2(dir_ / "encoder.json", dir_ / "vocab.bpe"); }
+  // Expects load_gpt2 to throw an Error whose message contains every one of needles.
+  void expect_error(std::initializer_list<std::string> needles) {
+    try {
+      ByteBpeTokenizer::load_gpt2(dir_ / "encoder.json", dir_ / "vocab.bpe");
+      FAIL() << "expected an error";
+    } catch (const Error& e) {
+      for (const auto& n : needles) EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << e.what();
+    }
+  }
+  std::string encoder() { return test::read_file(dir_ / "encoder.json"); }
+  void set_encoder(const std::string& s) { test::write_file(dir_.path() / "encoder.json", s); }
+  void set_vocab(const std::string& s) { test::write_file(dir_.path() / "vocab.bpe", s); }
+  test::TempDir dir_;
+};
+
+TEST_F(ByteBpeBadFiles, TheSavedFilesLoad) {
+  const ByteBpeTokenizer tok = ByteBpeTokenizer::load_gpt2(dir_ / "encoder.json", dir_ / "vocab.bpe");
+  EXPECT_EQ(tok.encode("abcbc aaa"), (Ids{257, 258, 32, 259, 97}));
+  EXPECT_EQ(test::read_file(dir_ / "vocab.bpe"), "#version: 0.2\na b\nab c\nb c\na a\n");
+}
+
+TEST_F(ByteBpeBadFiles, TruncatedJson) {
+  const std::string e = encoder();
+  set_encoder(e.substr(0, e.size() / 2));
+  expect_error({"encoder.json", "line 1"});
+}
+
+TEST_F(ByteBpeBadFiles, BadHeader) {
+  set_vocab("version 0.2\na b\n");
+  expect_error({"vocab.bpe", "line 1", "header"});
+}
+
+TEST_F(ByteBpeBadFiles, MalformedMergeLine) {
+  set_vocab("#version: 0.2\na b\nab  c\n");
+  expect_error({"vocab.bpe", "line 3", "malformed"});
+  set_vocab("#version: 0.2\na b\nabc\n");
+  expect_error({"vocab.bpe", "line 3", "malformed"});
+  set_vocab("#version: 0.2\na b\n\nab c\n");
+  expect_error({"vocab.bpe", "line 3", "malformed"});
+}
+
+TEST_F(ByteBpeBadFiles, UnknownMergePart) {
+  set_vocab("#version: 0.2\na b\nbc a\n");  // "bc" is not made before line 3
+  expect_error({"vocab.bpe", "line 3", "'bc'"});
+}
+
+TEST_F(ByteBpeBadFiles, DuplicateMerge) {
+  set_vocab("#version: 0.2\na b\nab c\na b\n");
+  expect_error({"vocab.bpe", "line 4", "duplicate", "line 2"});
+}
+
+TEST_F(ByteBpeBadFiles, MergeResultMissingOrWithTheWrongId) {
+  set_vocab("#version: 0.2\na b\nab c\nb c\na a\nc c\n");  // "cc" is not in encoder.json
+  expect_error({"vocab.bpe", "line 6", "'cc'", "encoder.json"});
+  set_vocab("#version: 0.2\nb c\na b\nab c\na a\n");  // "bc" has id 258 but is the first merge
+  expect_error({"vocab.bpe", "line 2", "id 258", "expected 256"});
+}
+
+TEST_F(ByteBpeBadFiles, IdsOutsideTheVocabulary) {
+  auto j = nlohmann::json::parse(encoder());
+  j["<|endoftext|>"] = 9999;  // a gap after the merges
+  set_encoder(j.dump());
+  expect_error({"encoder.json", "9999"});
+  j["<|endoftext|>"] = "x";
+  set_encoder(j.dump());
+  expect_error({"encoder.json", "<|endoftext|>"});
+  j.erase("<|endoftext|>");
+  j["zz"] = 260;  // neither a byte, a merge result nor <|special|>
+  set_encoder(j.dump());
+  expect_error({"encoder.json", "zz", "260"});
+}
+
+TEST_F(ByteBpeBadFiles, MissingFilesAreNamed) {
+  std::filesystem::remove(dir_.path() / "vocab.bpe");
+  expect_error({"vocab.bpe", "cannot open"});
+}
+
+}  // namespace
+}  // namespace tformer
