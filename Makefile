@@ -4,7 +4,7 @@ SAN_BUILD ?= build-sanitize
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure build test test-sanitize build-portable demo bench clean
+.PHONY: all deps configure build build-tformer test test-sanitize build-portable demo bench clean
 
 all: build
 
@@ -17,6 +17,10 @@ configure: deps
 
 build: configure
 	@cmake --build $(BUILD) -j $(JOBS)
+
+# Only the tformer executable and the libraries under it: no tests, no benchmarks.
+build-tformer: configure
+	@cmake --build $(BUILD) -j $(JOBS) --target tformer
 
 # Builds everything and runs every test through ctest; ends with ctest's summary line.
 test: build
@@ -34,8 +38,8 @@ build-portable: deps
 	@cmake -S . -B build-portable -G Ninja -DCMAKE_BUILD_TYPE=Release -DTFORMER_NATIVE=OFF -DTFORMER_BUILD_TESTS=OFF $(CMAKE_FLAGS) > /dev/null
 	@cmake --build build-portable -j $(JOBS)
 
-# The main job.
-demo: build
+# The main job. scripts/demo.sh runs nothing but $(BUILD)/tformer, so only that is built.
+demo: build-tformer
 	@bash scripts/demo.sh $(BUILD)
 
 bench: build
