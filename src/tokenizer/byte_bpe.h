@@ -78,13 +78,13 @@ class ByteBpeTokenizer : public Tokenizer {
   ByteBpeTokenizer& operator=(ByteBpeTokenizer&&) noexcept;
 
   // GPT-2's encoder.json and vocab.bpe (validated; errors name the file and line or id).
-  static ByteBpeTokenizer load_gpt2(const std::string& encoder_json_path, const std::string& vocab_bpe_path);
+  static ByteBpeTokenizer load_gpt2(const std::string& encoder_path, const std::string& vocab_path);
   // dir/encoder.json and dir/vocab.bpe.
   static ByteBpeTokenizer load_gpt2_dir(const std::string& dir);
   static ByteBpeTokenizer from_json(const nlohmann::json& j);
   // Writes the vocabulary in GPT-2's form (encoder.json in id order, vocab.bpe); load_gpt2 reads
   // it back to the same tokenizer.
-  void save_gpt2(const std::string& encoder_json_path, const std::string& vocab_bpe_path) const;
+  void save_gpt2(const std::string& encoder_path, const std::string& vocab_path) const;
 
   std::string kind() const override { return "byte-bpe"; }
   int64_t vocab_size() const override { return static_cast<int64_t>(tokens_.size()); }
