@@ -4,7 +4,7 @@ SAN_BUILD ?= build-sanitize
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure build build-tformer test test-sanitize build-portable demo bench clean
+.PHONY: all deps configure build build-tformer test test-sanitize build-portable demo bench lint clean
 
 all: build
 
@@ -44,6 +44,12 @@ demo: build-tformer
 
 bench: build
 	@bash bench/run.sh $(BUILD)
+
+# The format check (clang-format 14, every *.cpp and *.h) and clang-tidy 14 (.clang-tidy) on every
+# translation unit of src/, tests/ and bench/; needs only a configured build folder.
+lint: configure
+	@bash scripts/install-deps.sh --lint
+	@bash scripts/lint.sh $(BUILD) $(JOBS)
 
 clean:
 	rm -rf $(BUILD) $(SAN_BUILD) build-portable

@@ -4,6 +4,7 @@
 # command to run instead.
 #   scripts/install-deps.sh              build, test and demo dependencies
 #   scripts/install-deps.sh --reference  also the outside tools that regenerate fixtures (PyTorch)
+#   scripts/install-deps.sh --lint       also clang-format and clang-tidy 14 (make lint)
 set -euo pipefail
 
 packages=(
@@ -22,9 +23,13 @@ packages=(
 if ! command -v npm >/dev/null 2>&1; then
   packages+=(nodejs npm)
 fi
-if [[ "${1:-}" == "--reference" ]]; then
-  packages+=(python3 python3-torch python3-numpy)
-fi
+for arg in "$@"; do
+  case "$arg" in
+    --reference) packages+=(python3 python3-torch python3-numpy) ;;
+    --lint) packages+=(clang-format-14 clang-tidy-14) ;;
+    *) echo "install-deps: unknown option $arg" >&2; exit 2 ;;
+  esac
+done
 
 missing=()
 for p in "${packages[@]}"; do
