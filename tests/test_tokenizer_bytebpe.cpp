@@ -186,7 +186,7 @@ TEST(ByteBpeGpt2, StreamingDecodeReproducesFixturesInWholeCharacters) {
     StreamingDecoder decoder(gpt2());
     std::string joined;
     for (TokenId id : c.ids) {
-      const std::string chunk = decoder.feed(id);
+      const std::string chunk(decoder.feed(id));
       ASSERT_TRUE(is_valid_utf8(chunk)) << "case " << c.name << ": a chunk splits a character";
       joined += chunk;
     }

@@ -105,7 +105,7 @@ TEST(CharTokenizer, StreamedUtf8ComesOutInWholeCharacters) {
   StreamingDecoder decoder(tok);
   std::string joined;
   for (TokenId id : tok.encode(text)) {
-    const std::string chunk = decoder.feed(id);
+    const std::string chunk(decoder.feed(id));
     EXPECT_TRUE(is_valid_utf8(chunk));
     joined += chunk;
   }

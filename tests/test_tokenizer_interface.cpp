@@ -20,8 +20,8 @@ using namespace std::string_literals;
 std::vector<std::string> stream(const Tokenizer& tok, const std::vector<TokenId>& ids) {
   StreamingDecoder decoder(tok);
   std::vector<std::string> chunks;
-  for (TokenId id : ids) chunks.push_back(decoder.feed(id));
-  chunks.push_back(decoder.flush());
+  for (TokenId id : ids) chunks.emplace_back(decoder.feed(id));
+  chunks.emplace_back(decoder.flush());
   return chunks;
 }
 

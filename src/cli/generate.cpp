@@ -82,14 +82,14 @@ void run_generate(const GenerateArgs& a) {
     if (!stream) return;
     echo_prompt();
     if (opt.stop_token && id == *opt.stop_token) return;
-    const std::string piece = decoder.feed(id);
+    const std::string_view piece = decoder.feed(id);
     std::fwrite(piece.data(), 1, piece.size(), stdout);
     std::fflush(stdout);
   };
   const auto out = generate(*lm.model, prompts, opt, on_token, &stats);
   if (stream) {
     echo_prompt();
-    const std::string rest = decoder.flush();
+    const std::string_view rest = decoder.flush();
     std::fwrite(rest.data(), 1, rest.size(), stdout);
     std::fputc('\n', stdout);
   } else {

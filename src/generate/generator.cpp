@@ -53,6 +53,7 @@ std::vector<std::vector<TokenId>> generate(Model& model, const std::vector<std::
   std::vector<Sampler> samplers;
   for (int64_t b = 0; b < B; ++b) samplers.emplace_back(options.sampler);  // each as if alone
   std::vector<std::vector<TokenId>> out(B);
+  for (auto& o : out) o.reserve(static_cast<size_t>(options.max_new_tokens));  // no growth per token
   std::vector<bool> done(B, false);
   std::vector<TokenId> next(B, 0);
   std::vector<int64_t> valid(B);

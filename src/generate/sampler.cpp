@@ -35,6 +35,7 @@ bool Sampler::candidates(const float* logits, int64_t vocab, bool materialize) {
   // Softmax at temperature t, in double, max-subtracted. The exponentials use a vectorisable exp
   // (relative error ~3e-16, kernels/fast_math.h) and eight interleaved partial sums.
   probs_.resize(vocab);
+  candidates_.reserve(static_cast<size_t>(vocab));  // once: no allocation per token after the first
   const double inv_t = 1.0 / config_.temperature;
   float mxf = -INFINITY;
   for (int64_t i = 0; i < vocab; ++i) mxf = std::max(mxf, logits[i]);

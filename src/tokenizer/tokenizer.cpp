@@ -111,7 +111,13 @@ std::unique_ptr<Tokenizer> tokenizer_by_name(const std::string& name, const std:
   return load_tokenizer_file(name);
 }
 
-std::string StreamingDecoder::feed(TokenId id) {
+StreamingDecoder::StreamingDecoder(const Tokenizer& tokenizer, TokenId previous)
+    : tokenizer_(tokenizer), previous_(previous) {
+  pending_.reserve(256);
+}
+
+std::string_view StreamingDecoder::feed(TokenId id) {
+  pending_.erase(0, returned_);  // shifts the waiting bytes down; keeps the capacity
   tokenizer_.append_token_bytes_after(previous_, id, pending_);
   previous_ = id;
   size_t i = 0;
@@ -120,15 +126,14 @@ std::string StreamingDecoder::feed(TokenId id) {
     if (n < 0) break;                          // unfinished character: wait for more bytes
     i += n == 0 ? 1 : static_cast<size_t>(n);  // an invalid byte goes out as it is
   }
-  std::string out = pending_.substr(0, i);
-  pending_.erase(0, i);
-  return out;
+  returned_ = i;
+  return std::string_view(pending_).substr(0, i);
 }
 
-std::string StreamingDecoder::flush() {
-  std::string out;
-  out.swap(pending_);
-  return out;
+std::string_view StreamingDecoder::flush() {
+  pending_.erase(0, returned_);
+  returned_ = pending_.size();
+  return pending_;
 }
 
 }  // namespace tformer

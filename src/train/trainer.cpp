@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "core/rng.h"
+#include "core/threads.h"
 #include "io/safetensors.h"
 #include "model/checkpoint.h"
 #include "tokenizer/char_tokenizer.h"
@@ -122,8 +123,7 @@ namespace {
 void zero_arena(Arena& a) {
   float* p = a.data();
   const int64_t n = a.size();
-#pragma omp parallel for schedule(static) if (n >= (1 << 16))
-  for (int64_t i = 0; i < n; ++i) p[i] = 0.0f;
+  parallel_for(n, n >= (1 << 16), [&](int64_t i) { p[i] = 0.0f; });
 }
 
 // The first tensor of an arena holding a NaN or an infinity ("" when none).
