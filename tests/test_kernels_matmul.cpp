@@ -246,10 +246,10 @@ TEST(Gemm, HandComputedTransposes) {
 TEST(Gemm, ViewShapesAreChecked) {
   const int64_t M = 5, N = 3, K = 7;
   Buffer<double> a(Shape{K, M}), b(Shape{N, K}), c(Shape{M, N});
-  EXPECT_THROW(matmul<double>(c.view(), a.view(), b.view(), false, false), Error);
+  EXPECT_ERROR(matmul<double>(c.view(), a.view(), b.view(), false, false), ErrorKind::Internal, "");
   EXPECT_NO_THROW(matmul<double>(c.view(), a.view(), b.view(), true, true));
   Buffer<float> af({2, 3}), bf({4, 5}), cf({2, 5});
-  EXPECT_THROW(matmul<float>(cf.view(), af.view(), bf.view(), false, false), Error);
+  EXPECT_ERROR(matmul<float>(cf.view(), af.view(), bf.view(), false, false), ErrorKind::Internal, "");
   Buffer<float> b2({3, 5});
   EXPECT_NO_THROW(matmul<float>(cf.view(), af.view(), b2.view(), false, false));
 }
