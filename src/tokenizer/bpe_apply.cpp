@@ -130,12 +130,12 @@ struct SennrichBpe::Impl {
     };
     for (const std::string* part : {&first, &second})
       if (!producible(*part))
-        fail("{}:{}: '{} {}': '{}' is neither a character{} nor the result of an earlier merge", name, line, first,
-             second, *part, version_minor == 2 ? " (optionally followed by </w>)" : " nor </w>");
+        fail_file(name, "{}:{}: '{} {}': '{}' is neither a character{} nor the result of an earlier merge", name, line,
+                  first, second, *part, version_minor == 2 ? " (optionally followed by </w>)" : " nor </w>");
     const int32_t a = intern(first), b = intern(second);
     const uint64_t key = pair_key(a, b);
     if (auto it = line_of.find(key); it != line_of.end())
-      fail("{}:{}: duplicate merge '{} {}' (first at line {})", name, line, first, second, it->second);
+      fail_file(name, "{}:{}: duplicate merge '{} {}' (first at line {})", name, line, first, second, it->second);
     line_of.emplace(key, line);
     const std::string result = first + second;
     const int32_t r = intern(result);
@@ -421,8 +421,8 @@ SennrichBpe& SennrichBpe::operator=(SennrichBpe&&) noexcept = default;
 SennrichBpe::~SennrichBpe() = default;
 
 SennrichBpe SennrichBpe::from_codes(std::string_view codes, const std::string& name, int64_t max_merges) {
-  if (auto bad = find_invalid_utf8(codes)) fail("{}: invalid UTF-8 at byte offset {}", name, *bad);
-  if (codes.empty()) fail("{}:1: empty codes file (expected '#version: 0.2' and one merge per line)", name);
+  if (auto bad = find_invalid_utf8(codes)) fail_file(name, "{}: invalid UTF-8 at byte offset {}", name, *bad);
+  if (codes.empty()) fail_file(name, "{}:1: empty codes file (expected '#version: 0.2' and one merge per line)", name);
   auto impl = std::make_unique<Impl>();
   // The first line, as Python's readline() on a codecs reader sees it.
   size_t first_end = 0;
@@ -457,9 +457,9 @@ SennrichBpe SennrichBpe::from_codes(std::string_view codes, const std::string& n
     } else if (version == "0.1") {
       impl->version_minor = 1;
     } else if (first_line.find("byte") != std::string_view::npos) {
-      fail("{}:1: byte-level codes ('{}') are not Sennrich character BPE codes", name, v);
+      fail_file(name, "{}:1: byte-level codes ('{}') are not Sennrich character BPE codes", name, v);
     } else {
-      fail("{}:1: unsupported codes version in '{}' (expected '#version: 0.2')", name, v);
+      fail_unsupported(name, "{}:1: unsupported codes version in '{}' (expected '#version: 0.2')", name, v);
     }
     rest = codes.substr(first_end);
     line_offset = 2;
@@ -483,7 +483,7 @@ SennrichBpe SennrichBpe::from_codes(std::string_view codes, const std::string& n
       while (!item.empty() && strip(item.back())) item.remove_suffix(1);
       const size_t sp = item.find(' ');
       if (item.empty() || sp == std::string_view::npos || item.find(' ', sp + 1) != std::string_view::npos)
-        fail("{}:{}: expected two symbols separated by one space, got '{}'", name, line, item);
+        fail_file(name, "{}:{}: expected two symbols separated by one space, got '{}'", name, line, item);
       impl->add_merge(std::string(item.substr(0, sp)), std::string(item.substr(sp + 1)), name, line, line_of);
       ++index;
       start = end + 1;
@@ -552,7 +552,7 @@ std::string SennrichBpe::apply_line(std::string_view line) const {
 }
 
 std::string SennrichBpe::apply_text(std::string_view text, text::LineMode mode, const std::string& name) const {
-  if (auto bad = find_invalid_utf8(text)) fail("{}: invalid UTF-8 at byte offset {}", name, *bad);
+  if (auto bad = find_invalid_utf8(text)) fail_file(name, "{}: invalid UTF-8 at byte offset {}", name, *bad);
   std::vector<Impl::Cache> caches;
   std::string out;
   impl_->apply_lines(text, mode, caches, out);
@@ -569,7 +569,8 @@ void SennrichBpe::apply_stream(const std::function<size_t(char*, size_t)>& read,
   bool continuing = false;  // buffer[0] continues a line whose earlier words were written
   std::string out;
   auto check = [&](std::string_view part, size_t offset) {
-    if (auto bad = find_invalid_utf8(part)) fail("{}: invalid UTF-8 at byte offset {}", name, base + offset + *bad);
+    if (auto bad = find_invalid_utf8(part))
+      fail_file(name, "{}: invalid UTF-8 at byte offset {}", name, base + offset + *bad);
   };
   for (bool eof = false; !eof;) {
     const size_t had = buffer.size();

@@ -139,7 +139,7 @@ void count_block(std::string_view text, const std::string& name, uint64_t base_o
     count_range(text, cuts[t], cuts[t + 1], counters[t]);
   }
   for (size_t off : bad)
-    if (off != SIZE_MAX) fail("{}: invalid UTF-8 at byte offset {}", name, base_offset + off);
+    if (off != SIZE_MAX) fail_file(name, "{}: invalid UTF-8 at byte offset {}", name, base_offset + off);
   for (const WordCounter& c : counters) c.for_each([&](std::string_view w, uint64_t n) { total.add(w, n); });
 }
 
@@ -337,16 +337,18 @@ void Learner::build_words(const std::vector<BpeWordCount>& words) {
   syms_.reserve(total);
   offset_.reserve(words.size());
   for (const auto& w : words) {
-    if (w.word.empty()) fail("learn_bpe: empty word");
-    if (auto bad = find_invalid_utf8(w.word)) fail("learn_bpe: word '{}' is not valid UTF-8", w.word);
+    if (w.word.empty()) fail_input("word", "learn_bpe: empty word");
+    if (auto bad = find_invalid_utf8(w.word)) fail_input(w.word, "learn_bpe: word '{}' is not valid UTF-8", w.word);
     if (w.count == 0) continue;
-    if (w.count > static_cast<uint64_t>(INT64_MAX)) fail("learn_bpe: count {} of '{}' is too large", w.count, w.word);
+    if (w.count > static_cast<uint64_t>(INT64_MAX))
+      fail_input(w.word, "learn_bpe: count {} of '{}' is too large", w.count, w.word);
     offset_.push_back(syms_.size());
     size_t i = 0;
     while (i < w.word.size()) {
       const size_t start = i;
       const uint32_t cp = next_code_point(w.word, i);
-      if (cp == ' ' || cp == '\n' || cp == '\r') fail("learn_bpe: word '{}' contains a space or line break", w.word);
+      if (cp == ' ' || cp == '\n' || cp == '\r')
+        fail_input(w.word, "learn_bpe: word '{}' contains a space or line break", w.word);
       const bool is_last = i == w.word.size();
       auto& table = is_last ? last : inner;
       auto it = table.find(cp);
@@ -454,8 +456,10 @@ void Learner::merge(uint32_t best, int32_t merged) {
 BpeLearnResult Learner::run() {
   BpeLearnResult result;
   result.initial_vocab_size = static_cast<int64_t>(symbols_.size());
-  if (options_.merges < 0) fail("learn_bpe: the number of merges must be >= 0, got {}", options_.merges);
-  if (options_.min_frequency < 1) fail("learn_bpe: min_frequency must be >= 1, got {}", options_.min_frequency);
+  if (options_.merges < 0)
+    fail_input("merges", "learn_bpe: the number of merges must be >= 0, got {}", options_.merges);
+  if (options_.min_frequency < 1)
+    fail_input("min_frequency", "learn_bpe: min_frequency must be >= 1, got {}", options_.min_frequency);
 
   // Step 3: pair counts over distinct words.
   step_ = -1;
@@ -538,7 +542,7 @@ std::vector<BpeWordCount> bpe_count_words_in_files(const std::vector<std::string
   std::string buffer;
   for (const std::string& path : paths) {
     std::FILE* f = std::fopen(path.c_str(), "rb");
-    if (!f) fail("{}: cannot open for reading: {}", path, std::strerror(errno));
+    if (!f) fail_file(path, "{}: cannot open for reading: {}", path, std::strerror(errno));
     buffer.clear();
     uint64_t base = 0;  // file offset of buffer[0]
     bool eof = false;
@@ -550,7 +554,7 @@ std::vector<BpeWordCount> bpe_count_words_in_files(const std::vector<std::string
       if (got < kBlock) {
         if (std::ferror(f)) {
           std::fclose(f);
-          fail("{}: read error", path);
+          fail_file(path, "{}: read error", path);
         }
         eof = true;
       }
