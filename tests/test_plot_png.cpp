@@ -23,7 +23,6 @@ namespace tformer {
 namespace {
 
 namespace fs = std::filesystem;
-using ::testing::HasSubstr;
 
 // ---- an independent decoder -------------------------------------------------------------------
 
@@ -401,14 +400,11 @@ TEST(Deflate, EdgeCasesInflateBackExactly) {
 }
 
 TEST_F(PngTest, BadSizesAreErrors) {
-  EXPECT_THROW(encode_png_rgb(0, 1, {}), Error);
-  EXPECT_THROW(encode_png_rgb(2, 2, std::vector<uint8_t>(11)), Error);
-  try {
-    write_png_rgb(path("no-such-folder/x.png"), 1, 1, {1, 2, 3});
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_THAT(e.what(), HasSubstr("no-such-folder"));
-  }
+  EXPECT_ERROR(encode_png_rgb(0, 1, {}), ErrorKind::BadInput, "width");
+  EXPECT_ERROR(encode_png_rgb(2, 1, {}), ErrorKind::BadInput, "rgb", "needs 6 RGB bytes, got 0");
+  EXPECT_ERROR(encode_png_rgb(2, 2, std::vector<uint8_t>(11)), ErrorKind::BadInput, "rgb", "got 11");
+  EXPECT_ERROR(write_png_rgb(path("no-such-folder/x.png"), 1, 1, {1, 2, 3}), ErrorKind::BadFile,
+               path("no-such-folder/x.png"));
 }
 
 // ---- the loss plot ----------------------------------------------------------------------------
@@ -465,21 +461,17 @@ TEST_F(PngTest, PlotDegenerateInputs) {
 
 TEST_F(PngTest, PlotErrorsNameFileAndLine) {
   put("bad.jsonl", "{\"step\": 1, \"train_loss\": 2}\n{\"step\": 2, \"train_loss\": \n");
-  try {
-    plot_loss_curves(path("bad.jsonl"), path("x.png"));
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_THAT(e.what(), HasSubstr(path("bad.jsonl") + ":2:"));
-  }
+  EXPECT_ERROR(plot_loss_curves(path("bad.jsonl"), path("x.png")), ErrorKind::BadFile, path("bad.jsonl"),
+               path("bad.jsonl") + ":2:");
   put("empty.jsonl", "{\"step\": 1}\n");
-  try {
-    plot_loss_curves(path("empty.jsonl"), path("x.png"));
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_THAT(e.what(), HasSubstr("empty.jsonl"));
-    EXPECT_THAT(e.what(), HasSubstr("no train_loss or val_loss"));
-  }
-  EXPECT_THROW(plot_loss_curves(path("missing.jsonl"), path("x.png")), Error);
+  EXPECT_ERROR(plot_loss_curves(path("empty.jsonl"), path("x.png")), ErrorKind::BadFile, path("empty.jsonl"),
+               "no train_loss or val_loss");
+  EXPECT_ERROR(plot_loss_curves(path("missing.jsonl"), path("x.png")), ErrorKind::BadFile, path("missing.jsonl"));
+  // The plot of curves that are not drawable: no values, a size out of range.
+  EXPECT_ERROR(render_loss_curves(LossCurves{}, 800, 500), ErrorKind::BadInput, "curves");
+  const LossCurves one{{{1.0, 2.0}}, {}};
+  EXPECT_ERROR(render_loss_curves(one, 100, 500), ErrorKind::BadInput, "width", "got 100x500");
+  EXPECT_ERROR(render_loss_curves(one, 800, 9000), ErrorKind::BadInput, "height", "got 800x9000");
   EXPECT_FALSE(fs::exists(path("x.png")));
 }
 

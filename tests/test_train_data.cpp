@@ -126,34 +126,15 @@ TEST_F(DataTest, BadInputsAreErrorsNamingTheFile) {
   const CharTokenizer tok = CharTokenizer::bytes();
   const std::string file = put("t.txt", "hello");
   for (double f : {1.0, -0.1, 1.5}) {
-    try {
-      load_dataset(file, "", f, tok, "");
-      FAIL() << "expected an error for " << f;
-    } catch (const Error& e) {
-      EXPECT_THAT(e.what(), HasSubstr("--val-fraction"));
-    }
+    EXPECT_ERROR(load_dataset(file, "", f, tok, ""), ErrorKind::BadInput, "--val-fraction") << f;
   }
-  try {
-    load_dataset(path("missing.txt"), "", 0.1, tok, "");
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_THAT(e.what(), HasSubstr("missing.txt"));
-  }
+  EXPECT_ERROR(load_dataset(path("missing.txt"), "", 0.1, tok, ""), ErrorKind::BadFile, path("missing.txt"));
   put("empty.txt", "");
-  try {
-    load_dataset(path("empty.txt"), "", 0.1, tok, "");
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_THAT(e.what(), HasSubstr("empty.txt: empty file"));
-  }
-  try {
-    load_dataset(file, path("empty.txt"), 0.0, tok, "");
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_THAT(e.what(), HasSubstr("empty.txt: empty file"));
-  }
+  EXPECT_ERROR(load_dataset(path("empty.txt"), "", 0.1, tok, ""), ErrorKind::BadFile, path("empty.txt"), "empty file");
+  EXPECT_ERROR(load_dataset(file, path("empty.txt"), 0.0, tok, ""), ErrorKind::BadFile, path("empty.txt"),
+               "empty file");
   // A byte outside a corpus alphabet: the tokenizer's own error comes through.
-  EXPECT_THROW(load_dataset(file, "", 0.0, CharTokenizer::from_corpus("xyz"), ""), Error);
+  EXPECT_ERROR(load_dataset(file, "", 0.0, CharTokenizer::from_corpus("xyz"), ""), ErrorKind::BadInput, "position 0");
 }
 
 // ---- the cache --------------------------------------------------------------------------------
@@ -355,22 +336,14 @@ TEST(BatchSampler, DeterministicBySeedAndStateRoundTrips) {
 
 TEST(BatchSampler, TooShortSplitNamesItAndBothNumbers) {
   const auto tokens = iota_tokens(40);
-  try {
-    BatchSampler s(tokens, 4, 64, 1, "validation");
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_STREQ(e.what(), "the validation split has 40 tokens; --context 64 needs at least 65");
-  }
+  EXPECT_ERROR(BatchSampler s(tokens, 4, 64, 1, "validation"), ErrorKind::BadInput, "--context",
+               "the validation split has 40 tokens; --context 64 needs at least 65");
   const std::vector<TokenId> empty;
-  try {
-    BatchSampler s(empty, 1, 8, 1, "train");
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_STREQ(e.what(), "the train split has 0 tokens; --context 8 needs at least 9");
-  }
-  EXPECT_THROW(BatchSampler(iota_tokens(64), 4, 64, 1, "train"), Error);  // 64 < 65
+  EXPECT_ERROR(BatchSampler s(empty, 1, 8, 1, "train"), ErrorKind::BadInput, "--context",
+               "the train split has 0 tokens; --context 8 needs at least 9");
+  EXPECT_ERROR(BatchSampler(iota_tokens(64), 4, 64, 1, "train"), ErrorKind::BadInput, "--context");  // 64 < 65
   EXPECT_NO_THROW(BatchSampler(iota_tokens(65), 4, 64, 1, "train"));
-  EXPECT_THROW(BatchSampler(iota_tokens(65), 0, 8, 1, "train"), Error);
+  EXPECT_ERROR(BatchSampler(iota_tokens(65), 0, 8, 1, "train"), ErrorKind::BadInput, "--batch");
 }
 
 // ---- metrics ----------------------------------------------------------------------------------
@@ -421,13 +394,10 @@ TEST_F(DataTest, MetricsAppendAndTruncate) {
 
   // A damaged line in the middle is an error naming the file and line.
   put("bad.jsonl", "{\"step\": 1}\nnot json\n{\"step\": 2}\n");
-  try {
-    truncate_metrics_after(path("bad.jsonl"), 1);
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_THAT(e.what(), HasSubstr(path("bad.jsonl") + ":2:"));
-  }
-  EXPECT_THROW(append_metrics(path("no-such-folder/m.jsonl"), {{"step", 1}}), Error);
+  EXPECT_ERROR(truncate_metrics_after(path("bad.jsonl"), 1), ErrorKind::BadFile, path("bad.jsonl"),
+               path("bad.jsonl") + ":2:");
+  EXPECT_ERROR(append_metrics(path("no-such-folder/m.jsonl"), {{"step", 1}}), ErrorKind::BadFile,
+               path("no-such-folder/m.jsonl"));
 }
 
 }  // namespace
