@@ -77,12 +77,6 @@ template <typename... Args>
   fail(ErrorKind::Unsupported, what, format, std::forward<Args>(args)...);
 }
 
-// Transitional: the old form, an Internal error with no field. Removed once every site states its kind.
-template <typename... Args>
-[[noreturn]] void fail(fmt::format_string<Args...> format, Args&&... args) {
-  throw Error(ErrorKind::Internal, std::string(), fmt::format(format, std::forward<Args>(args)...));
-}
-
 namespace detail {
 [[noreturn]] void check_failed(const char* file, int line, const char* condition, const std::string& message);
 }  // namespace detail
