@@ -189,7 +189,8 @@ TEST(Generate, PromptPlusNewTokensBeyondTheContextIsAnErrorNamingBoth) {
 }
 
 TEST(Generate, DropoutInTheConfigNeverAppliesOutsideTraining) {
-  // TRAPS.md 7: the same weights with dropout 0.5 in the config give identical logits and text.
+  // Dropout is a training-time operation: the same weights with dropout 0.5 in the config give
+  // identical logits and text.
   Model a = small_model(), b = small_model(R"({"dropout": 0.5})");
   const std::vector<TokenId> ids{4, 8, 15, 16, 23};
   std::vector<float> la(5 * 31), lb(5 * 31);

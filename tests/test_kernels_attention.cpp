@@ -1,7 +1,7 @@
 // The reference attention kernel (kernels/attention.h), the rest: MHA against one call per head;
 // the op table: GQA/MQA against MHA with repeated K/V (forward and backward), float against
 // double, gradients against central finite differences in double; accumulation, threads, memory
-// layouts and argument checks. The spec's checks and hand cases: test_kernels_attention_spec.cpp;
+// layouts and argument checks. The three causal checks and hand cases: test_kernels_attention_checks.cpp;
 // the masks: test_kernels_attention_mask.cpp. Layouts: attention_test_util.h.
 #include <gtest/gtest.h>
 
@@ -41,7 +41,7 @@ using test::q_index;
 using test::q_size;
 using test::random_values;
 using test::rows_of;
-using test::SpecExample;
+using test::SymmetricExample;
 using test::zero_grads;
 
 // ---------------------------------------------------------------------------------------------

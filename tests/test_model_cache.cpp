@@ -1,6 +1,6 @@
 // The KV cache: chunked prefill and one-token decode through the cache equal the uncached pass,
-// for every prefix length, chunk size and batch of mixed prompt lengths (spec section 06: "a cached
-// implementation can return plausible numbers while using the wrong tokens").
+// for every prefix length, chunk size and batch of mixed prompt lengths (a cached implementation
+// can return plausible numbers while using the wrong tokens, so only equality shows it is right).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -170,7 +170,7 @@ TEST(AttentionKernelSwitch, TiledAndReferenceGiveTheSameLogitsAndText) {
   EXPECT_ERROR(parse_attention_kernel("flash"), ErrorKind::BadInput, "--attention");
 }
 
-TEST(KVCache, PayloadBytesFollowTheSpecFormula) {
+TEST(KVCache, PayloadBytesCountKeysAndValuesOfEverySlot) {
   // 2 x layers x batch x kv_heads x tokens x head_dim x 4 bytes.
   // GQA: 2 layers, batch 3, 2 kv heads, 10 slots, head width 4: 2*2*3*2*10*4*4 = 3840.
   KVCache gqa(2, 3, 2, 10, 4);

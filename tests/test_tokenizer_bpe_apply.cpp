@@ -92,7 +92,8 @@ TEST(BpeApply, FileAndStdinLineModes) {
                "byte offset 3");
 }
 
-// A word of 100,000 'a' (trap 13: quadratic merging). Codes: 0 (a, a), 1 (aa, aa),
+// A word of 100,000 'a' (merging it by rescanning the word after every merge would take quadratic
+// time). Codes: 0 (a, a), 1 (aa, aa),
 // 2 (aaaa, aaaa), 3 (a, a</w>). The word is 99,999 [a] and [a</w>]:
 //   rank 0 pairs positions 0-1, 2-3, ..., 99996-99997: 49,999 [aa], one [a] left, [a</w>]
 //   rank 1: 24,999 [aaaa] and one [aa];  rank 2: 12,499 [a x 8] and one [aaaa]

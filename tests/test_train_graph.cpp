@@ -154,7 +154,7 @@ TEST(TrainGraph, ForwardEqualsTheInferenceModel) {
   }
 }
 
-// Issue #6: switching the attention kernel leaves the whole model's loss and gradients unchanged.
+// Switching the attention kernel leaves the whole model's loss and gradients unchanged.
 TEST(TrainGraph, TiledAndReferenceAttentionGiveTheSameGradients) {
   // Head widths 8, 32 (nanoGPT's small recipe: 128 wide, 4 heads, T 64) and 64; T beyond one
   // key block of the tiled kernel where it fits.

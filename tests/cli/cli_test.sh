@@ -73,7 +73,8 @@ out2=$("$tf" generate --model "$tmp/m.safetensors" --prompt "ab" --max-new-token
 check "generate echoes the prompt" test "${out:0:2}" = "ab"
 check "generate greedy does not depend on the prefill chunk" test "$out" = "$out2"
 
-# Sampling is reproducible by --seed; --verbose prints the KV cache payload by the spec's formula;
+# Sampling is reproducible by --seed; --verbose prints the KV cache payload (2 x layers x batch x
+# kv_heads x tokens x head_dim x 4 bytes);
 # a prompts file (CRLF line ends stripped) is one batch whose lines equal each prompt alone;
 # a missing prompt is an error.
 s1=$("$tf" generate --model "$tmp/m.safetensors" --prompt "ab" --max-new-tokens 8 --seed 11)
