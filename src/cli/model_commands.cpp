@@ -31,10 +31,10 @@ void run_init(const InitOptions& o) {
     tok = tokenizer_by_name_or_model(o.tokenizer, o.gpt2_dir);
     if (config.vocab_size == 0) config.vocab_size = tok->vocab_size();
     if (config.vocab_size != tok->vocab_size())
-      fail("{}: vocab_size is {} but the tokenizer '{}' has {} tokens", o.config, config.vocab_size, o.tokenizer,
-           tok->vocab_size());
+      fail_config("vocab_size", "{}: vocab_size is {} but the tokenizer '{}' has {} tokens", o.config,
+                  config.vocab_size, o.tokenizer, tok->vocab_size());
   } else if (config.vocab_size == 0) {
-    fail("{}: \"vocab_size\" is not set and no --tokenizer gives one", o.config);
+    fail_config("vocab_size", "{}: \"vocab_size\" is not set and no --tokenizer gives one", o.config);
   }
   Model model(config);
   model.init_gpt2(o.seed);
@@ -56,16 +56,16 @@ void run_eval(const EvalOptions& o) {
   set_num_threads(o.threads);
   LoadedModel lm = load_model(o.model);
   lm.model->set_attention_kernel(parse_attention_kernel(o.attention));
-  if (!lm.tokenizer) fail("{}: the model file carries no tokenizer", o.model);
+  if (!lm.tokenizer) fail_file(o.model, "{}: the model file carries no tokenizer", o.model);
   std::vector<TokenId> ids;
   try {
     ids = lm.tokenizer->encode(read_file(o.data));
   } catch (const Error& e) {
     if (std::string_view(e.what()).starts_with(o.data)) throw;
-    fail("{}: {}", o.data, e.what());  // the tokenizer names the position; this names the file
+    fail_file(o.data, "{}: {}", o.data, e.what());  // the tokenizer names the position; this names the file
   }
   if (o.max_tokens > 0 && static_cast<int64_t>(ids.size()) > o.max_tokens) ids.resize(o.max_tokens);
-  if (ids.size() < 2) fail("{}: fewer than 2 tokens; nothing to score", o.data);
+  if (ids.size() < 2) fail_file(o.data, "{}: fewer than 2 tokens; nothing to score", o.data);
   const int64_t T = lm.model->config().context_length, V = lm.model->config().vocab_size;
   const int64_t n = static_cast<int64_t>(ids.size());
   double total = 0;

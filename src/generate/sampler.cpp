@@ -12,9 +12,9 @@ namespace tformer {
 
 void SamplerConfig::validate() const {
   if (!(temperature >= 0.0) || !std::isfinite(temperature))
-    fail("--temperature must be a finite number >= 0, got {}", temperature);
-  if (top_k < 0) fail("--top-k must be >= 0, got {}", top_k);
-  if (!(top_p > 0.0 && top_p <= 1.0)) fail("--top-p must be in (0, 1], got {}", top_p);
+    fail_input("--temperature", "--temperature must be a finite number >= 0, got {}", temperature);
+  if (top_k < 0) fail_input("--top-k", "--top-k must be >= 0, got {}", top_k);
+  if (!(top_p > 0.0 && top_p <= 1.0)) fail_input("--top-p", "--top-p must be in (0, 1], got {}", top_p);
 }
 
 Sampler::Sampler(SamplerConfig config) : config_(config), rng_(config.seed) { config_.validate(); }

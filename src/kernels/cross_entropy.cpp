@@ -27,7 +27,8 @@ void check_targets(const char* what, const TokenId* targets, int64_t rows, int64
   for (int64_t r = 0; r < rows; ++r) {
     const TokenId t = targets[r];
     if (t == ignore_index) continue;
-    if (t < 0 || t >= vocab) fail("{}: target {} in row {} is outside [0, {})", what, t, r, vocab);
+    if (t < 0 || t >= vocab)
+      fail_input(fmt::format("row {}", r), "{}: target {} in row {} is outside [0, {})", what, t, r, vocab);
   }
 }
 

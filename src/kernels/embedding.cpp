@@ -17,7 +17,8 @@ constexpr int64_t kColumnBlock = 64;
 // id leaves the outputs untouched.
 void check_ids(const char* what, const TokenId* ids, int64_t n, int64_t vocab) {
   for (int64_t i = 0; i < n; ++i)
-    if (ids[i] < 0 || ids[i] >= vocab) fail("{}: id {} at position {} is outside [0, {})", what, ids[i], i, vocab);
+    if (ids[i] < 0 || ids[i] >= vocab)
+      fail_input(fmt::format("position {}", i), "{}: id {} at position {} is outside [0, {})", what, ids[i], i, vocab);
 }
 
 }  // namespace

@@ -30,7 +30,7 @@ SgemmChoice sgemm_choice() {
     if (v.empty() || v == "auto") return SgemmChoice::Auto;
     if (v == "openblas") return SgemmChoice::OpenBlas;
     if (v == "own") return SgemmChoice::Own;
-    fail("TFORMER_SGEMM={}: expected auto, openblas or own", v);
+    fail_input("TFORMER_SGEMM", "TFORMER_SGEMM={}: expected auto, openblas or own", v);
   }();
   return choice;
 }

@@ -20,7 +20,7 @@ namespace tformer {
 AttentionKernel parse_attention_kernel(const std::string& name) {
   if (name == "tiled") return AttentionKernel::Tiled;
   if (name == "reference") return AttentionKernel::Reference;
-  fail("--attention is \"{}\"; expected \"tiled\" or \"reference\"", name);
+  fail_input("--attention", "--attention is \"{}\"; expected \"tiled\" or \"reference\"", name);
 }
 
 // ---- activations and scratch ------------------------------------------------------------------

@@ -111,9 +111,11 @@ void BasicModel<T>::forward_cached(T* logits, const TokenId* ids, int64_t batch,
     TF_CHECK(valid >= 0 && valid <= n, "forward: sequence {} has {} valid tokens in a chunk of {}", b, valid, n);
     const int64_t end = cache.length(b) + valid;
     if (end > c.context_length)
-      fail("sequence {} would reach {} tokens; the model's context_length is {}", b, end, c.context_length);
+      fail_input(fmt::format("sequence {}", b), "sequence {} would reach {} tokens; the model's context_length is {}",
+                 b, end, c.context_length);
     if (end > cache.capacity())
-      fail("sequence {} would reach {} tokens; the KV cache holds {}", b, end, cache.capacity());
+      fail_input(fmt::format("sequence {}", b), "sequence {} would reach {} tokens; the KV cache holds {}", b, end,
+                 cache.capacity());
   }
   const int64_t d = c.d_model, rows = batch * n;
   reserve(std::max(rows, batch), batch);  // the last rows of each sequence use `batch` rows too

@@ -97,7 +97,8 @@ printf '{"context_length": 16, "d_model": 16, "n_layers": 1, "n_heads": 2}\n' > 
 check "init with neither vocab_size nor a tokenizer exits 1" test "$rc" -eq 1
 check "init with neither vocab_size nor a tokenizer names the key" grep -q '"vocab_size" is not set' "$tmp/err.txt"
 
-# Sampling is reproducible by --seed; --verbose prints the KV cache payload by the spec's formula;
+# Sampling is reproducible by --seed; --verbose prints the KV cache payload (2 x layers x batch x
+# kv_heads x tokens x head_dim x 4 bytes);
 # a prompts file (CRLF line ends stripped) is one batch whose lines equal each prompt alone;
 # a missing prompt is an error.
 s1=$("$tf" generate --model "$tmp/m.safetensors" --prompt "ab" --max-new-tokens 8 --seed 11)
