@@ -3,7 +3,8 @@
 autograd, batch 1, 8 heads, head width 64, causal, float32, 2 threads. Prints one line per case:
   torch <fwd|fwdbwd> N=<N> ms=<median milliseconds>
 N = 16k and 32k are skipped: the materialised 8 x N x N scores, probabilities and their gradients
-(4+ copies of 8 GiB at 16k) do not fit this machine's memory."""
+(4+ copies of 8 GiB at 16k, four times that at 32k) need more memory than a benchmark run may
+take."""
 import sys
 import time
 

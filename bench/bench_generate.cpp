@@ -1,8 +1,8 @@
 // Inference speed on the llama2.c "stories" shapes with random weights: decode tokens/s at batch 1
 // against the memory-bandwidth bound measured in the same run, prefill of a 512-token prompt,
 // batched decode of 8 sequences, and the cost of top-p sampling over 32,000 tokens. The anchors
-// are the figures for llama2.c and llama.cpp measured on this machine kind (2 threads);
-// they are printed beside ours as ratios.
+// are recorded figures of llama2.c and llama.cpp on these shapes at 2 threads, on a 2-core machine
+// of the kind these benchmarks run on; they are printed beside ours as ratios.
 //
 //   build/bench/bench_generate [--shape 15M|110M|all] [--reps 3]
 #include <fmt/format.h>
@@ -52,7 +52,7 @@ double read_bandwidth_gbs(int reps) {
 struct BenchShape {
   const char* name;
   int64_t dim, layers, heads, hidden, vocab, context;
-  double llama2c_decode, llamacpp_pp512, llamacpp_tg128;  // tokens/s, the anchors
+  double llama2c_decode, llamacpp_pp512, llamacpp_tg128;  // tokens/s, recorded anchors
 };
 
 void run_shape(const BenchShape& sh, int reps, double bandwidth, double sgemm) {

@@ -1,4 +1,5 @@
-// One training step's phases on the shapes, with random weights and tokens: forward (with
+// One training step's phases on the benchmark's training shapes (nanoGPT's small and bigger
+// Shakespeare configs, GPT-2 124M), with random weights and tokens: forward (with
 // the loss), backward, and clip + AdamW, each the median of --reps runs, and the whole step's
 // FLOP rate against the 2-thread sgemm rate measured in the same run. The end-to-end comparison
 // with PyTorch is bench/train.sh; this program says where a step's time goes.

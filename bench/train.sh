@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Training benchmark in one go (issue #5): tformer's `train` beside PyTorch 1.13 (train_torch.py, the
+# Training benchmark in one go: tformer's `train` beside PyTorch 1.13 (train_torch.py, the
 # same decoder, optimiser and schedule in plain torch) in the same run, on three shapes:
 #   small   nanoGPT's shakespeare_char CPU recipe: 4 layers, 4 heads, d 128, block 64, batch 12,
 #           2000 iterations, lr 1e-3 -> 1e-4 (cosine to 2000, 100 warmup), betas (0.9, 0.99), wd 0.1,
@@ -11,7 +11,7 @@
 #           batch 4 x 64 tokens; a few iterations. tformer reads Tiny Shakespeare through GPT-2's
 #           tokenizer (build-data/gpt2, scripts/fetch-gpt2-vocab.sh); torch trains on random ids
 #           (only speed matters). llm.c's train_gpt2 (same shape, B 4, T 64) is a recorded anchor:
-#           5.69 s/step on this machine (llm.c is not built here, so it is not measured).
+#           5.69 s/step at 2 threads (llm.c is not built by this script, so it is not measured).
 # Anchor for the FLOP rates: sgemm (n = 1024, 2 threads, median of 5) from bench_kernels, this run.
 #
 # FLOPs of one training iteration (forward + backward = 3x the forward's multiply-adds x 2):

@@ -1,19 +1,19 @@
-// Counts every operator new of the test executable that includes it, so a test can show that a
-// call allocates nothing:  const int64_t before = g_allocations.load(); f(); EXPECT_EQ(..., before).
-// Replaces the global operator new/delete: include it in exactly one translation unit (each test
+// Counts every heap allocation of the test executable that includes it, at the malloc level:
+// malloc, calloc, realloc and the aligned forms, whoever calls them (operator new, C code,
+// OpenBLAS, libgomp, glibc itself), so a test can show that a call allocates nothing:
+//   const int64_t before = g_allocations.load(); f(); EXPECT_EQ(g_allocations.load() - before, 0);
+// The functions replace glibc's (which supports replacing its allocator this way) and forward to
+// glibc's own __libc_* entry points. Include it in exactly one translation unit (each test
 // executable here is one .cpp file).
 #pragma once
 
-#include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
-#include <new>
 
-// Under AddressSanitizer the replacement is left out: ASan's own operator new serves some
-// allocations made inside shared libraries, and freeing those through a replaced delete is reported
-// as an alloc-dealloc mismatch. Tests that count check kCountingAllocations and skip.
+// Under AddressSanitizer the replacement is left out: ASan owns the allocator. Tests that count
+// check kCountingAllocations and skip with a message.
 #if defined(__SANITIZE_ADDRESS__)
 inline constexpr bool kCountingAllocations = false;
 namespace {
@@ -21,33 +21,49 @@ std::atomic<int64_t> g_allocations{0};
 }  // namespace
 #else
 inline constexpr bool kCountingAllocations = true;
-namespace {
-std::atomic<int64_t> g_allocations{0};
-void* counted_alloc(std::size_t n, std::size_t align) {
-  g_allocations.fetch_add(1, std::memory_order_relaxed);
-  if (n == 0) n = 1;
-  void* p = nullptr;
-  if (posix_memalign(&p, std::max(align, sizeof(void*)), n) != 0) throw std::bad_alloc();
-  return p;
-}
-}  // namespace
+inline std::atomic<int64_t> g_allocations{0};
 
-// noinline: inlined into a caller, the free() below would meet the pointer operator new returned
-// and GCC's -Wmismatched-new-delete would (wrongly) object.
-[[gnu::noinline]] void* operator new(std::size_t n) { return counted_alloc(n, alignof(std::max_align_t)); }
-[[gnu::noinline]] void* operator new[](std::size_t n) { return counted_alloc(n, alignof(std::max_align_t)); }
-[[gnu::noinline]] void* operator new(std::size_t n, std::align_val_t a) {
-  return counted_alloc(n, static_cast<std::size_t>(a));
+extern "C" {
+void* __libc_malloc(std::size_t);
+void* __libc_calloc(std::size_t, std::size_t);
+void* __libc_realloc(void*, std::size_t);
+void* __libc_memalign(std::size_t, std::size_t);
+void __libc_free(void*);
+
+inline void count_allocation() { g_allocations.fetch_add(1, std::memory_order_relaxed); }
+
+void* malloc(std::size_t n) noexcept {
+  count_allocation();
+  return __libc_malloc(n);
 }
-[[gnu::noinline]] void* operator new[](std::size_t n, std::align_val_t a) {
-  return counted_alloc(n, static_cast<std::size_t>(a));
+void* calloc(std::size_t count, std::size_t n) noexcept {
+  count_allocation();
+  return __libc_calloc(count, n);
 }
-[[gnu::noinline]] void operator delete(void* p) noexcept { std::free(p); }
-[[gnu::noinline]] void operator delete[](void* p) noexcept { std::free(p); }
-[[gnu::noinline]] void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-[[gnu::noinline]] void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
-[[gnu::noinline]] void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
-[[gnu::noinline]] void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
-[[gnu::noinline]] void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
-[[gnu::noinline]] void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+void* realloc(void* p, std::size_t n) noexcept {
+  count_allocation();
+  return __libc_realloc(p, n);
+}
+void free(void* p) noexcept { __libc_free(p); }
+void* memalign(std::size_t align, std::size_t n) noexcept {
+  count_allocation();
+  return __libc_memalign(align, n);
+}
+void* aligned_alloc(std::size_t align, std::size_t n) noexcept {
+  count_allocation();
+  return __libc_memalign(align, n);
+}
+int posix_memalign(void** out, std::size_t align, std::size_t n) noexcept {
+  if (align < sizeof(void*) || (align & (align - 1)) != 0) return EINVAL;
+  count_allocation();
+  void* p = __libc_memalign(align, n);
+  if (!p) return ENOMEM;
+  *out = p;
+  return 0;
+}
+void* valloc(std::size_t n) noexcept {
+  count_allocation();
+  return __libc_memalign(4096, n);
+}
+}  // extern "C"
 #endif  // __SANITIZE_ADDRESS__

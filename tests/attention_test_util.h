@@ -1,6 +1,6 @@
 // Helpers shared by the reference attention kernel's tests (test_kernels_attention*.cpp): sizes
 // and indices of the default layouts, masks that own their arrays, forward and backward calls on
-// contiguous inputs or arbitrary views, and the spec's worked example.
+// contiguous inputs or arbitrary views, and a symmetric example worked out by hand.
 //
 // Unless a test says otherwise: q is [B, n_q, H, hd], k and v are [B, n_kv, KVH, hd], out is
 // [B, n_q, H, hd], probs is [B, H, n_q, n_kv], all row-major. Inputs are random and distinct per
@@ -109,7 +109,7 @@ inline bool any_nan(const std::vector<double>& v) {
   return false;
 }
 
-// A case worked out by hand: the spec's example, keys = queries, head_dim 2.
+// A case worked out by hand, symmetric: keys = queries, head_dim 2.
 //
 //   q = k = {1,0}, {0,1}, {1,1};  v = {2,0}, {0,3}, {-1,1};  scale 1/sqrt(2) = r = 0.70710678...
 //   e := exp(-r) = 0.49306869139523984
@@ -120,7 +120,7 @@ inline bool any_nan(const std::vector<double>& v) {
 //   row 2: scores r, r, 2r; minus 2r: (-r, -r, 0) -> exp (e, e, 1); sum 1 + 2e = 1.98613738279048
 //          P = (e, e, 1)/(1+2e) = (0.24825507825772, 0.24825507825772, 0.50348984348455)
 //          out = (2 e - 1, 3 e + 1)/(1+2e) = (-0.00697968696911, 1.24825507825772)
-struct SpecExample {
+struct SymmetricExample {
   AttentionShape s{.batch = 1, .n_q = 3, .n_kv = 3, .n_heads = 1, .n_kv_heads = 1, .head_dim = 2};
   std::vector<double> q{1, 0, 0, 1, 1, 1}, v{2, 0, 0, 3, -1, 1};
   std::vector<double> hand_out() const {

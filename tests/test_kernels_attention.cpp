@@ -1,7 +1,7 @@
 // The reference attention kernel (kernels/attention.h), the rest: MHA against one call per head;
 // the op table: GQA/MQA against MHA with repeated K/V (forward and backward), float against
 // double, gradients against central finite differences in double; accumulation, threads, memory
-// layouts and argument checks. The spec's checks and hand cases: test_kernels_attention_spec.cpp;
+// layouts and argument checks. The three causal checks and hand cases: test_kernels_attention_checks.cpp;
 // the masks: test_kernels_attention_mask.cpp. Layouts: attention_test_util.h.
 #include <gtest/gtest.h>
 
@@ -41,7 +41,7 @@ using test::q_index;
 using test::q_size;
 using test::random_values;
 using test::rows_of;
-using test::SpecExample;
+using test::SymmetricExample;
 using test::zero_grads;
 
 // ---------------------------------------------------------------------------------------------
@@ -402,36 +402,37 @@ TEST(AttentionValidate, RejectsBadShapesAndMasks) {
   for (int64_t kvh : {4, 5, 7}) {
     AttentionShape s = ok;
     s.n_kv_heads = kvh;
-    EXPECT_THROW(validate(s, m), Error) << "n_kv_heads " << kvh;
+    EXPECT_ERROR(validate(s, m), ErrorKind::Internal, "") << "n_kv_heads " << kvh;
   }
   for (int field = 0; field < 6; ++field)
     for (int64_t bad : {0, -1}) {
       AttentionShape s = ok;
       int64_t* f[] = {&s.batch, &s.n_q, &s.n_kv, &s.n_heads, &s.n_kv_heads, &s.head_dim};
       *f[field] = bad;
-      EXPECT_THROW(validate(s, m), Error) << "field " << field << " = " << bad;
+      EXPECT_ERROR(validate(s, m), ErrorKind::Internal, "") << "field " << field << " = " << bad;
     }
   const std::vector<uint8_t> valid(2 * 4, 1);
   m.key_valid = valid.data();
   m.n_kv = 3;  // wrong stride
-  EXPECT_THROW(validate(ok, m), Error);
+  EXPECT_ERROR(validate(ok, m), ErrorKind::Internal, "");
   m.n_kv = 4;
   EXPECT_NO_THROW(validate(ok, m));
   const std::vector<int64_t> neg_offset{0, -1}, long_kv{4, 5};
   AttentionMask m2;
   m2.q_offset = neg_offset.data();
-  EXPECT_THROW(validate(ok, m2), Error);
+  EXPECT_ERROR(validate(ok, m2), ErrorKind::Internal, "");
   AttentionMask m3;
   m3.kv_len = long_kv.data();
-  EXPECT_THROW(validate(ok, m3), Error);
+  EXPECT_ERROR(validate(ok, m3), ErrorKind::Internal, "");
   // The kernels check too.
   AttentionShape bad = ok;
   bad.n_kv_heads = 4;
   std::vector<double> x(1024);
   const auto view = heads_btHd(x.data(), 4, 6, 8);
-  EXPECT_THROW(attention_forward<double>(view, x.data(), view, view, view, bad, AttentionMask{}), Error);
-  EXPECT_THROW(attention_backward<double>(view, view, view, view, x.data(), view, view, view, bad, AttentionMask{}),
-               Error);
+  EXPECT_ERROR(attention_forward<double>(view, x.data(), view, view, view, bad, AttentionMask{}), ErrorKind::Internal,
+               "");
+  EXPECT_ERROR(attention_backward<double>(view, view, view, view, x.data(), view, view, view, bad, AttentionMask{}),
+               ErrorKind::Internal, "");
 }
 
 }  // namespace

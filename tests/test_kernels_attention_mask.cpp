@@ -36,7 +36,7 @@ using test::q_index;
 using test::q_size;
 using test::random_values;
 using test::rows_of;
-using test::SpecExample;
+using test::SymmetricExample;
 using test::zero_grads;
 
 // ---------------------------------------------------------------------------------------------
@@ -71,7 +71,7 @@ std::vector<double> mix(const std::vector<double>& w, const std::vector<double>&
 }
 
 TEST(AttentionMask, MaskedScoreSetToZeroInsteadOfMinusInfinityIsWrong) {
-  const SpecExample ex;
+  const SymmetricExample ex;
   MaskData md;
   const auto f = forward<double>(ex.s, md.get(ex.s), ex.q, ex.q, ex.v);
   ASSERT_TRUE(all_close(f.out, ex.hand_out(), 0, 1e-12));
@@ -86,7 +86,7 @@ TEST(AttentionMask, MaskedScoreSetToZeroInsteadOfMinusInfinityIsWrong) {
 }
 
 TEST(AttentionMask, ZeroingWeightsAfterSoftmaxIsWrong) {
-  const SpecExample ex;
+  const SymmetricExample ex;
   MaskData md;
   const auto f = forward<double>(ex.s, md.get(ex.s), ex.q, ex.q, ex.v);
   ASSERT_TRUE(all_close(f.out, ex.hand_out(), 0, 1e-12));

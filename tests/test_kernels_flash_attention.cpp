@@ -5,7 +5,7 @@
 // allowed key, the KV-cache [B, H, T, hd] layout, and the decode path (n_q = 1, keys split in
 // chunks of 256) over caches of 1..1000 keys; double precision at 1e-12 and the backward against
 // central differences, all through the op table. Also the NaN policy, bit-identical results for 1
-// and 2 threads and argument checks. Dropout: test_kernels_flash_attention_dropout.cpp; the cases
+// and 2 threads and argument checks. Dropout: test_kernels_attention_dropout.cpp; the cases
 // and their data: flash_attention_test_util.h.
 //
 // Every key slot the mask disallows (past kv_len, padding) holds NaN in k and v: a kernel that
@@ -454,7 +454,7 @@ TEST(FlashAttention, RejectsBadShapes) {
   auto view = heads_btHd(x.data(), 4, 1, 16);
   AttentionShape s{1, 4, 4, 3, 2, 16};  // 2 does not divide 3
   AttentionMask m;
-  EXPECT_THROW(flash_attention_forward<float>(view, lse.data(), view, view, view, s, m), Error);
+  EXPECT_ERROR(flash_attention_forward<float>(view, lse.data(), view, view, view, s, m), ErrorKind::Internal, "");
 }
 
 }  // namespace

@@ -30,23 +30,22 @@ TEST(ModelConfig, DefaultsAndRoundTrip) {
 }
 
 TEST(ModelConfig, ErrorsNameTheField) {
-  auto expect_error = [](const char* json, const char* needle) {
-    try {
-      auto c = ModelConfig::from_json(nlohmann::json::parse(json), "cfg.json");
-      c.validate();
-      ADD_FAILURE() << "no error for " << json;
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-    }
+  // Parses and validates a config: every problem is a BadConfig error about one key.
+  auto check = [](const char* json) {
+    auto c = ModelConfig::from_json(nlohmann::json::parse(json), "cfg.json");
+    c.validate();
   };
-  expect_error(R"({"vocab_size": 10, "colour": 1})", "unknown key \"colour\"");
-  expect_error(R"({"vocab_size": 10, "n_heads": 4, "n_kv_heads": 3})", "n_kv_heads");
-  expect_error(R"({"vocab_size": 10, "d_model": 130, "n_heads": 4})", "n_heads");
-  expect_error(R"({"vocab_size": 10, "d_model": 12, "n_heads": 4, "positions": "rope"})", "odd");
-  expect_error(R"({"vocab_size": 10, "norm": "batchnorm"})", "\"norm\"");
-  expect_error(R"({"vocab_size": "ten"})", "\"vocab_size\" must be an integer");
-  expect_error(R"({"vocab_size": 10, "dropout": 1.5})", "dropout");
-  expect_error(R"({})", "vocab_size");
+  EXPECT_ERROR(check(R"({"vocab_size": 10, "colour": 1})"), ErrorKind::BadConfig, "colour", "cfg.json");
+  EXPECT_ERROR(check(R"({"vocab_size": 10, "n_heads": 4, "n_kv_heads": 3})"), ErrorKind::BadConfig, "n_heads",
+               "\"n_kv_heads\" 3");
+  EXPECT_ERROR(check(R"({"vocab_size": 10, "d_model": 130, "n_heads": 4})"), ErrorKind::BadConfig, "d_model",
+               "\"n_heads\" 4");
+  EXPECT_ERROR(check(R"({"vocab_size": 10, "d_model": 12, "n_heads": 4, "positions": "rope"})"), ErrorKind::BadConfig,
+               "positions", "= 3 is odd");
+  EXPECT_ERROR(check(R"({"vocab_size": 10, "norm": "batchnorm"})"), ErrorKind::BadConfig, "norm");
+  EXPECT_ERROR(check(R"({"vocab_size": "ten"})"), ErrorKind::BadConfig, "vocab_size", "must be an integer");
+  EXPECT_ERROR(check(R"({"vocab_size": 10, "dropout": 1.5})"), ErrorKind::BadConfig, "dropout");
+  EXPECT_ERROR(check(R"({})"), ErrorKind::BadConfig, "vocab_size", "must be positive, got 0");
 }
 
 TEST(Model, TensorNamesFollowTheCheckpointFormat) {
@@ -125,9 +124,9 @@ TEST(Model, ContextAndIdsAreChecked) {
   Model m(tiny());
   std::vector<TokenId> ids(17, 1);
   std::vector<float> logits(17 * 37);
-  EXPECT_THROW(m.forward(logits.data(), ids.data(), 1, 17), Error);  // context_length 16
+  EXPECT_ERROR(m.forward(logits.data(), ids.data(), 1, 17), ErrorKind::BadInput, "sequence 0", "context_length is 16");
   ids[3] = 37;
-  EXPECT_THROW(m.forward(logits.data(), ids.data(), 1, 16), Error);  // id outside the vocabulary
+  EXPECT_ERROR(m.forward(logits.data(), ids.data(), 1, 16), ErrorKind::BadInput, "position 3", "id 37");
 }
 
 TEST(Model, SinusoidalTableMatchesTheFormula) {

@@ -1,6 +1,6 @@
 // The reference block against PyTorch's nn.TransformerEncoderLayer (fixtures from
-// tools/reference/gen_block_fixtures.py), and the spec's claim that pre-LN and post-LN are
-// different functions of the same weights.
+// tools/reference/gen_block_fixtures.py), and that pre-LN and post-LN are different functions of
+// the same weights.
 #include <gtest/gtest.h>
 
 #include <cmath>

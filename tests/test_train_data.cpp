@@ -1,6 +1,6 @@
 // Training data: where --val-fraction splits a file (nanoGPT's split for a char tokenizer, never
 // inside a UTF-8 character), a separate validation file, the token cache (reuse, invalidation,
-// damaged files), the batch sampler's windows, seeds and saved state, and the metrics log.
+// damaged files), and the metrics log. The batch sampler: test_train_batch_sampler.cpp.
 #include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -10,8 +10,6 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
-#include <numeric>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -126,34 +124,15 @@ TEST_F(DataTest, BadInputsAreErrorsNamingTheFile) {
   const CharTokenizer tok = CharTokenizer::bytes();
   const std::string file = put("t.txt", "hello");
   for (double f : {1.0, -0.1, 1.5}) {
-    try {
-      load_dataset(file, "", f, tok, "");
-      FAIL() << "expected an error for " << f;
-    } catch (const Error& e) {
-      EXPECT_THAT(e.what(), HasSubstr("--val-fraction"));
-    }
+    EXPECT_ERROR(load_dataset(file, "", f, tok, ""), ErrorKind::BadInput, "--val-fraction") << f;
   }
-  try {
-    load_dataset(path("missing.txt"), "", 0.1, tok, "");
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_THAT(e.what(), HasSubstr("missing.txt"));
-  }
+  EXPECT_ERROR(load_dataset(path("missing.txt"), "", 0.1, tok, ""), ErrorKind::BadFile, path("missing.txt"));
   put("empty.txt", "");
-  try {
-    load_dataset(path("empty.txt"), "", 0.1, tok, "");
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_THAT(e.what(), HasSubstr("empty.txt: empty file"));
-  }
-  try {
-    load_dataset(file, path("empty.txt"), 0.0, tok, "");
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_THAT(e.what(), HasSubstr("empty.txt: empty file"));
-  }
+  EXPECT_ERROR(load_dataset(path("empty.txt"), "", 0.1, tok, ""), ErrorKind::BadFile, path("empty.txt"), "empty file");
+  EXPECT_ERROR(load_dataset(file, path("empty.txt"), 0.0, tok, ""), ErrorKind::BadFile, path("empty.txt"),
+               "empty file");
   // A byte outside a corpus alphabet: the tokenizer's own error comes through.
-  EXPECT_THROW(load_dataset(file, "", 0.0, CharTokenizer::from_corpus("xyz"), ""), Error);
+  EXPECT_ERROR(load_dataset(file, "", 0.0, CharTokenizer::from_corpus("xyz"), ""), ErrorKind::BadInput, "position 0");
 }
 
 // ---- the cache --------------------------------------------------------------------------------
@@ -280,99 +259,6 @@ TEST_F(DataTest, CacheFileNamesAreStable) {
             (std::vector<std::string>{"tokens-2febb46946d3c72a.bin", "tokens-8f70dc69b7c38308.bin"}));
 }
 
-// ---- the sampler ------------------------------------------------------------------------------
-
-std::vector<TokenId> iota_tokens(int n) {
-  std::vector<TokenId> t(n);
-  std::iota(t.begin(), t.end(), 0);
-  return t;
-}
-
-TEST(BatchSampler, WindowsAreShiftedByOneAndInBounds) {
-  const auto tokens = iota_tokens(1000);
-  const int64_t B = 4, T = 16;
-  BatchSampler s(tokens, B, T, 42, "train");
-  std::vector<TokenId> in(B * T), tgt(B * T);
-  for (int it = 0; it < 200; ++it) {
-    s.next(in.data(), tgt.data());
-    for (int64_t b = 0; b < B; ++b) {
-      const TokenId start = in[b * T];
-      ASSERT_GE(start, 0);
-      ASSERT_LE(start, 1000 - T - 1);
-      for (int64_t t = 0; t < T; ++t) {
-        ASSERT_EQ(in[b * T + t], start + t);       // a contiguous window
-        ASSERT_EQ(tgt[b * T + t], start + t + 1);  // the next token
-      }
-    }
-  }
-}
-
-TEST(BatchSampler, EveryStartIsReachableAndNoOther) {
-  const auto tokens = iota_tokens(10);
-  const int64_t T = 3;  // starts 0..6 (the last window's target is token 9)
-  BatchSampler s(tokens, 5, T, 7, "train");
-  std::vector<TokenId> in(5 * T), tgt(5 * T);
-  std::set<TokenId> starts;
-  for (int it = 0; it < 400; ++it) {
-    s.next(in.data(), tgt.data());
-    for (int b = 0; b < 5; ++b) starts.insert(in[b * T]);
-  }
-  EXPECT_EQ(starts, (std::set<TokenId>{0, 1, 2, 3, 4, 5, 6}));
-
-  // Exactly context + 1 tokens: one window.
-  const auto two = iota_tokens(4);
-  BatchSampler one(two, 2, 3, 1, "train");
-  one.next(in.data(), tgt.data());
-  EXPECT_EQ(std::vector<TokenId>(in.begin(), in.begin() + 6), (std::vector<TokenId>{0, 1, 2, 0, 1, 2}));
-  EXPECT_EQ(std::vector<TokenId>(tgt.begin(), tgt.begin() + 6), (std::vector<TokenId>{1, 2, 3, 1, 2, 3}));
-}
-
-TEST(BatchSampler, DeterministicBySeedAndStateRoundTrips) {
-  const auto tokens = iota_tokens(5000);
-  const int64_t B = 3, T = 8;
-  auto run = [&](BatchSampler& s, int n) {
-    std::vector<TokenId> all, in(B * T), tgt(B * T);
-    for (int i = 0; i < n; ++i) {
-      s.next(in.data(), tgt.data());
-      all.insert(all.end(), in.begin(), in.end());
-    }
-    return all;
-  };
-  BatchSampler a(tokens, B, T, 123, "train"), b(tokens, B, T, 123, "train"), c(tokens, B, T, 124, "train");
-  EXPECT_EQ(run(a, 10), run(b, 10));
-  EXPECT_NE(run(a, 10), run(c, 10));
-
-  // Save the position, continue; a sampler restored from the saved position continues identically.
-  BatchSampler d(tokens, B, T, 9, "train");
-  run(d, 5);
-  const std::array<uint64_t, 4> saved = d.state();
-  const auto expected = run(d, 7);
-  BatchSampler e(tokens, B, T, 999, "train");
-  e.set_state(saved);
-  EXPECT_EQ(e.state(), saved);
-  EXPECT_EQ(run(e, 7), expected);
-}
-
-TEST(BatchSampler, TooShortSplitNamesItAndBothNumbers) {
-  const auto tokens = iota_tokens(40);
-  try {
-    BatchSampler s(tokens, 4, 64, 1, "validation");
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_STREQ(e.what(), "the validation split has 40 tokens; --context 64 needs at least 65");
-  }
-  const std::vector<TokenId> empty;
-  try {
-    BatchSampler s(empty, 1, 8, 1, "train");
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_STREQ(e.what(), "the train split has 0 tokens; --context 8 needs at least 9");
-  }
-  EXPECT_THROW(BatchSampler(iota_tokens(64), 4, 64, 1, "train"), Error);  // 64 < 65
-  EXPECT_NO_THROW(BatchSampler(iota_tokens(65), 4, 64, 1, "train"));
-  EXPECT_THROW(BatchSampler(iota_tokens(65), 0, 8, 1, "train"), Error);
-}
-
 // ---- metrics ----------------------------------------------------------------------------------
 
 std::vector<nlohmann::json> read_jsonl(const std::string& text) {
@@ -421,13 +307,10 @@ TEST_F(DataTest, MetricsAppendAndTruncate) {
 
   // A damaged line in the middle is an error naming the file and line.
   put("bad.jsonl", "{\"step\": 1}\nnot json\n{\"step\": 2}\n");
-  try {
-    truncate_metrics_after(path("bad.jsonl"), 1);
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_THAT(e.what(), HasSubstr(path("bad.jsonl") + ":2:"));
-  }
-  EXPECT_THROW(append_metrics(path("no-such-folder/m.jsonl"), {{"step", 1}}), Error);
+  EXPECT_ERROR(truncate_metrics_after(path("bad.jsonl"), 1), ErrorKind::BadFile, path("bad.jsonl"),
+               path("bad.jsonl") + ":2:");
+  EXPECT_ERROR(append_metrics(path("no-such-folder/m.jsonl"), {{"step", 1}}), ErrorKind::BadFile,
+               path("no-such-folder/m.jsonl"));
 }
 
 }  // namespace

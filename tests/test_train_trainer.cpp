@@ -146,14 +146,7 @@ TEST(Trainer, NonFiniteLossNamesTheStepAndTensorAndKeepsTheCheckpoint) {
   s->save_checkpoint(ckpt);
   const std::string before = read_file(ckpt);
   s->model().params().get("layers.1.ffn.w1.weight").data()[5] = std::numeric_limits<float>::quiet_NaN();
-  try {
-    s->step();
-    FAIL() << "no error";
-  } catch (const Error& e) {
-    const std::string m = e.what();
-    EXPECT_NE(m.find("step 3"), std::string::npos) << m;
-    EXPECT_NE(m.find("layers.1.ffn.w1.weight (element 5"), std::string::npos) << m;
-  }
+  EXPECT_ERROR(s->step(), ErrorKind::BadInput, "step 3", "layers.1.ffn.w1.weight (element 5");
   EXPECT_EQ(s->current_step(), 2);
   EXPECT_EQ(read_file(ckpt), before);
   auto r = make_session(f, small_options(), 0.0);
@@ -171,13 +164,7 @@ TEST(Trainer, NonFiniteGradientIsReported) {
   // output of the attention: scaling wo by 1e37 overflows the residual stream's gradient.
   float* wo = s->model().params().get("layers.0.attn.wo.weight").data();
   for (int i = 0; i < 32 * 32; ++i) wo[i] = 3e38f;
-  try {
-    s->step();
-    ADD_FAILURE() << "no error";
-  } catch (const Error& e) {
-    EXPECT_THAT(e.what(), ::testing::HasSubstr("step 1: the gradient norm is"));
-    EXPECT_THAT(e.what(), ::testing::HasSubstr("first non-finite gradient: "));
-  }
+  EXPECT_ERROR(s->step(), ErrorKind::BadInput, "step 1", "the gradient norm is", "first non-finite gradient: ");
   EXPECT_EQ(s->current_step(), 0);
 }
 
@@ -191,14 +178,8 @@ TEST(Trainer, ForwardOverflowNamesTheActivation) {
     float* b = s->model().params().get(name).data();
     for (int i = 0; i < 32; ++i) b[i] = 2e38f;
   }
-  try {
-    s->step();
-    ADD_FAILURE() << "no error";
-  } catch (const Error& e) {
-    EXPECT_THAT(e.what(), ::testing::HasSubstr("step 1: the loss is"));
-    EXPECT_THAT(e.what(), ::testing::HasSubstr("every weight is finite; the forward overflowed at activation "
-                                               "layers.1.h (element"));
-  }
+  EXPECT_ERROR(s->step(), ErrorKind::BadInput, "step 1", "the loss is",
+               "every weight is finite; the forward overflowed at activation layers.1.h (element");
   EXPECT_EQ(s->current_step(), 0);
 }
 
@@ -246,10 +227,10 @@ TEST(Trainer, EvaluationIsDeterministicAndLeavesTrainingUntouched) {
 
 // Nothing is allocated inside the step loop: after two warm-up steps (per-thread kernel scratch
 // grows to its size once), a whole step (micro-batches, forward, backward, clipping, AdamW)
-// makes no operator new call, for the tiled kernel, the reference kernel and the dropout path.
-// (OpenBLAS's own buffers come from malloc and are not counted; OpenBLAS allocates them once.)
+// makes no heap allocation, for the tiled kernel, the reference kernel and the dropout path.
+// (Counted at the malloc level: OpenBLAS, libgomp and the C library included.)
 TEST(Trainer, AStepAllocatesNothing) {
-  if (!kCountingAllocations) GTEST_SKIP() << "operator new is not counted under AddressSanitizer";
+  if (!kCountingAllocations) GTEST_SKIP() << "allocations are not counted under AddressSanitizer (it owns malloc)";
   const Fixture f = shakespeare();
   for (const char* attention : {"tiled", "reference"})
     for (double dropout : {0.0, 0.1}) {
@@ -275,27 +256,17 @@ TEST(TrainOptions, JsonRoundTripAndErrors) {
   EXPECT_EQ(back.seed, o.seed);
   nlohmann::json j = o.to_json();
   j["learning_rate"] = 1;
-  EXPECT_THROW(TrainOptions::from_json(j, "test"), Error);
+  EXPECT_ERROR(TrainOptions::from_json(j, "test"), ErrorKind::BadFile, "learning_rate", "unknown training option");
   TrainOptions bad = small_options();
   bad.grad_accum = 0;
-  try {
-    bad.validate();
-    FAIL() << "no error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("--grad-accum is 0"), std::string::npos) << e.what();
-  }
+  EXPECT_ERROR(bad.validate(), ErrorKind::BadInput, "--grad-accum", "--grad-accum is 0");
 }
 
 TEST(Trainer, SplitTooShortForTheContextIsAnError) {
   Fixture f = shakespeare();
   f.data.val.resize(10);
-  try {
-    make_session(f, small_options(), 0.0);
-    FAIL() << "no error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("validation split has 10 tokens"), std::string::npos)
-        << "[" << e.what() << "]";
-  }
+  EXPECT_ERROR(make_session(f, small_options(), 0.0), ErrorKind::BadInput, "--context",
+               "validation split has 10 tokens");
 }
 
 }  // namespace

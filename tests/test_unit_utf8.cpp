@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "core/utf8.h"
+#include "test_util.h"
 
 namespace tformer {
 namespace {
@@ -81,8 +82,8 @@ TEST(Utf8, EveryScalarValueRoundTrips) {
     ASSERT_EQ(i, s.size());
   }
   std::string s;
-  EXPECT_THROW(append_utf8(s, 0xD800), Error);
-  EXPECT_THROW(append_utf8(s, 0x110000), Error);
+  EXPECT_ERROR(append_utf8(s, 0xD800), ErrorKind::Internal, "");
+  EXPECT_ERROR(append_utf8(s, 0x110000), ErrorKind::Internal, "");
 }
 
 // A byte string of up to 4 bytes as one number (its length in the top byte), for the set below.

@@ -4,6 +4,7 @@
 //   * random_values, as<T>: deterministic test data and its conversion to float or double;
 //   * TempDir: a fresh directory under the system temp dir, removed with its contents;
 //   * shared_data_dir, TF_SKIP_WITHOUT_SHARED: the corpora beside the repository (../shared);
+//   * EXPECT_ERROR, error_of: a statement throws tformer::Error of a given kind about a given field;
 //   * the op table (OpBounds, OpCase, check_case): each kernel's fast path against its plain
 //     reference and its backward against central differences, as cases with per-op error bounds.
 #pragma once
@@ -27,6 +28,7 @@
 
 #include <unistd.h>
 
+#include "core/error.h"
 #include "core/rng.h"
 
 namespace tformer::test {
@@ -187,6 +189,58 @@ inline std::string missing_shared_files(std::initializer_list<const char*> files
       GTEST_SKIP() << "needs " << tf_missing_ << " in " << ::tformer::test::shared_data_dir().string() \
                    << " (the corpora beside the repository; a fresh clone does not have them)";        \
   } while (0)
+
+// ---------------------------------------------------------------------------------------------
+// Errors.
+
+// Runs f and checks that it throws tformer::Error with this kind and field and, when given, a
+// message containing each of `naming` (numbers the message must name: "9 tokens"). A failure
+// shows what was thrown instead, with its message.
+template <typename F, typename... Naming>
+::testing::AssertionResult throws_error(F&& f, ErrorKind kind, std::string_view field, const Naming&... naming) {
+  try {
+    f();
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    if (e.kind() != kind || e.field() != field)
+      return ::testing::AssertionFailure()
+             << "threw a " << to_string(e.kind()) << " error about \"" << e.field() << "\", expected a "
+             << to_string(kind) << " error about \"" << field << "\"; the message: " << what;
+    for (std::string_view n : std::initializer_list<std::string_view>{std::string_view(naming)...})
+      if (what.find(n) == std::string::npos)
+        return ::testing::AssertionFailure() << "the message does not name \"" << n << "\": " << what;
+    return ::testing::AssertionSuccess();
+  } catch (const std::exception& e) {
+    return ::testing::AssertionFailure() << "threw a std::exception that is not a tformer::Error: " << e.what();
+  } catch (...) {
+    return ::testing::AssertionFailure() << "threw something that is not a std::exception";
+  }
+  return ::testing::AssertionFailure() << "threw nothing, expected a " << to_string(kind) << " error about \"" << field
+                                       << "\"";
+}
+
+// EXPECT_ERROR(statement, ErrorKind::BadConfig, "vocab_size"): the statement throws tformer::Error
+// of that kind about that field. Further arguments are strings the message must contain.
+#define EXPECT_ERROR(statement, kind, ...) \
+  EXPECT_TRUE(::tformer::test::throws_error([&] { statement; }, kind, __VA_ARGS__))
+#define ASSERT_ERROR(statement, kind, ...) \
+  ASSERT_TRUE(::tformer::test::throws_error([&] { statement; }, kind, __VA_ARGS__))
+
+// The tformer::Error that f throws (a test failure, and an Internal error with an empty field and
+// message, when it throws none), for tests that look at several of its parts.
+template <typename F>
+Error error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e;
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "threw a std::exception that is not a tformer::Error: " << e.what();
+    return Error(ErrorKind::Internal, "", "");
+  }
+  ADD_FAILURE() << "threw nothing, expected a tformer::Error";
+  return Error(ErrorKind::Internal, "", "");
+}
 
 // ---------------------------------------------------------------------------------------------
 // The op table.

@@ -97,14 +97,14 @@ class OutputSink {
     if (file_) {
       file_->write(bytes);
     } else if (!bytes.empty() && std::fwrite(bytes.data(), 1, bytes.size(), stdout) != bytes.size()) {
-      fail("<stdout>: write error: {}", std::strerror(errno));
+      fail_file("<stdout>", "<stdout>: write error: {}", std::strerror(errno));
     }
   }
   void close() {
     if (file_) {
       file_->commit();
     } else if (std::fflush(stdout) != 0) {
-      fail("<stdout>: write error: {}", std::strerror(errno));
+      fail_file("<stdout>", "<stdout>: write error: {}", std::strerror(errno));
     }
   }
 
@@ -116,7 +116,7 @@ void run_apply(const ApplyArgs& a) {
   const SennrichBpe bpe = SennrichBpe::load(a.codes, a.merges);
   const bool from_stdin = a.input == "-";
   std::FILE* in = from_stdin ? stdin : std::fopen(a.input.c_str(), "rb");
-  if (!in) fail("{}: cannot open for reading: {}", a.input, std::strerror(errno));
+  if (!in) fail_file(a.input, "{}: cannot open for reading: {}", a.input, std::strerror(errno));
   const std::string name = from_stdin ? "<stdin>" : a.input;
   struct Closer {
     std::FILE* f;
@@ -128,7 +128,7 @@ void run_apply(const ApplyArgs& a) {
   bpe.apply_stream(
       [&](char* buffer, size_t n) {
         const size_t got = std::fread(buffer, 1, n, in);
-        if (got < n && std::ferror(in)) fail("{}: read error", name);
+        if (got < n && std::ferror(in)) fail_file(name, "{}: read error", name);
         return got;
       },
       [&](std::string_view bytes) { out.write(bytes); },

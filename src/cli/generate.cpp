@@ -31,7 +31,7 @@ void run_generate(const GenerateArgs& a) {
   set_num_threads(a.threads);
   LoadedModel lm = load_model(a.model);
   lm.model->set_attention_kernel(parse_attention_kernel(a.attention));
-  if (!lm.tokenizer) fail("{}: the model file carries no tokenizer; generation needs one", a.model);
+  if (!lm.tokenizer) fail_file(a.model, "{}: the model file carries no tokenizer; generation needs one", a.model);
   const Tokenizer& tok = *lm.tokenizer;
   std::vector<std::string> texts;
   if (!a.prompts_file.empty()) {
@@ -45,9 +45,9 @@ void run_generate(const GenerateArgs& a) {
       texts.push_back(std::move(line));
       start = end + 1;
     }
-    if (texts.empty()) fail("{}: no prompts (one per line)", a.prompts_file);
+    if (texts.empty()) fail_file(a.prompts_file, "{}: no prompts (one per line)", a.prompts_file);
   } else {
-    if (!a.prompt_given) fail("generate needs --prompt TEXT or --prompts-file FILE");
+    if (!a.prompt_given) fail_input("--prompt", "generate needs --prompt TEXT or --prompts-file FILE");
     texts.push_back(a.prompt);
   }
   std::vector<std::vector<TokenId>> prompts;
@@ -58,7 +58,8 @@ void run_generate(const GenerateArgs& a) {
       if (auto eot = tok.eot_id())
         prompts.back().push_back(*eot);
       else
-        fail("prompt {} is empty and the tokenizer has no end-of-text token to start from", prompts.size() - 1);
+        fail_input(fmt::format("prompt {}", prompts.size() - 1),
+                   "prompt {} is empty and the tokenizer has no end-of-text token to start from", prompts.size() - 1);
     }
   }
   GenerateOptions opt;
@@ -82,14 +83,14 @@ void run_generate(const GenerateArgs& a) {
     if (!stream) return;
     echo_prompt();
     if (opt.stop_token && id == *opt.stop_token) return;
-    const std::string piece = decoder.feed(id);
+    const std::string_view piece = decoder.feed(id);
     std::fwrite(piece.data(), 1, piece.size(), stdout);
     std::fflush(stdout);
   };
   const auto out = generate(*lm.model, prompts, opt, on_token, &stats);
   if (stream) {
     echo_prompt();
-    const std::string rest = decoder.flush();
+    const std::string_view rest = decoder.flush();
     std::fwrite(rest.data(), 1, rest.size(), stdout);
     std::fputc('\n', stdout);
   } else {
@@ -130,7 +131,7 @@ std::vector<TokenId> parse_ids(const std::string& s) {
       used = 0;
     }
     if (used != word.size() || v < 0 || v > INT32_MAX)
-      fail("--tokens: '{}' (token {}) is not a token id", word, ids.size());
+      fail_input("--tokens", "--tokens: '{}' (token {}) is not a token id", word, ids.size());
     ids.push_back(static_cast<TokenId>(v));
   }
   return ids;
@@ -142,9 +143,9 @@ void run_logits(const LogitsArgs& a) {
   Model& m = *lm.model;
   m.set_attention_kernel(parse_attention_kernel(a.attention));
   const auto ids = parse_ids(a.tokens);
-  if (ids.empty()) fail("--tokens: no token ids");
+  if (ids.empty()) fail_input("--tokens", "--tokens: no token ids");
   const int64_t T = static_cast<int64_t>(ids.size()), V = m.config().vocab_size;
-  if (a.chunk < 0) fail("--chunk must be >= 0, got {}", a.chunk);
+  if (a.chunk < 0) fail_input("--chunk", "--chunk must be >= 0, got {}", a.chunk);
   std::vector<float> logits(T * V);
   if (a.chunk == 0) {
     m.forward(logits.data(), ids.data(), 1, T);

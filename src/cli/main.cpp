@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const tformer::Error& e) {
+    // Every kind of Error prints its message and exits 1 (scripts rely on the status).
     fmt::print(stderr, "tformer: error: {}\n", e.what());
     return 1;
   } catch (const std::exception& e) {

@@ -17,21 +17,30 @@ namespace tformer::cli {
 namespace {
 
 struct InitOptions {
-  std::string config, out, tokenizer = "char", gpt2_dir;
+  std::string config, out, tokenizer, gpt2_dir;  // tokenizer "": none (vocab_size from the config)
   uint64_t seed = 1337;
 };
 
+// With --tokenizer the model file carries it (vocab_size from it, or checked against it); without,
+// the config's vocab_size alone sizes the model and the file carries no tokenizer (enough for
+// `logits` and the benchmarks; `generate` and `eval` then say that a tokenizer is missing).
 void run_init(const InitOptions& o) {
   ModelConfig config = ModelConfig::from_file(o.config);
-  auto tok = tokenizer_by_name_or_model(o.tokenizer, o.gpt2_dir);
-  if (config.vocab_size == 0) config.vocab_size = tok->vocab_size();
-  if (config.vocab_size != tok->vocab_size())
-    fail("{}: vocab_size is {} but the tokenizer '{}' has {} tokens", o.config, config.vocab_size, o.tokenizer,
-         tok->vocab_size());
+  std::unique_ptr<Tokenizer> tok;
+  if (!o.tokenizer.empty()) {
+    tok = tokenizer_by_name_or_model(o.tokenizer, o.gpt2_dir);
+    if (config.vocab_size == 0) config.vocab_size = tok->vocab_size();
+    if (config.vocab_size != tok->vocab_size())
+      fail_config("vocab_size", "{}: vocab_size is {} but the tokenizer '{}' has {} tokens", o.config,
+                  config.vocab_size, o.tokenizer, tok->vocab_size());
+  } else if (config.vocab_size == 0) {
+    fail_config("vocab_size", "{}: \"vocab_size\" is not set and no --tokenizer gives one", o.config);
+  }
   Model model(config);
   model.init_gpt2(o.seed);
   save_model(o.out, model, tok.get());
-  fmt::print("wrote {}: {} parameters, config {}\n", o.out, model.n_params(), model.config().to_json().dump());
+  fmt::print("wrote {}: {} parameters, {}, config {}\n", o.out, model.n_params(),
+             tok ? "tokenizer " + tok->kind() : std::string("no tokenizer"), model.config().to_json().dump());
 }
 
 struct EvalOptions {
@@ -47,16 +56,16 @@ void run_eval(const EvalOptions& o) {
   set_num_threads(o.threads);
   LoadedModel lm = load_model(o.model);
   lm.model->set_attention_kernel(parse_attention_kernel(o.attention));
-  if (!lm.tokenizer) fail("{}: the model file carries no tokenizer", o.model);
+  if (!lm.tokenizer) fail_file(o.model, "{}: the model file carries no tokenizer", o.model);
   std::vector<TokenId> ids;
   try {
     ids = lm.tokenizer->encode(read_file(o.data));
   } catch (const Error& e) {
     if (std::string_view(e.what()).starts_with(o.data)) throw;
-    fail("{}: {}", o.data, e.what());  // the tokenizer names the position; this names the file
+    fail_file(o.data, "{}: {}", o.data, e.what());  // the tokenizer names the position; this names the file
   }
   if (o.max_tokens > 0 && static_cast<int64_t>(ids.size()) > o.max_tokens) ids.resize(o.max_tokens);
-  if (ids.size() < 2) fail("{}: fewer than 2 tokens; nothing to score", o.data);
+  if (ids.size() < 2) fail_file(o.data, "{}: fewer than 2 tokens; nothing to score", o.data);
   const int64_t T = lm.model->config().context_length, V = lm.model->config().vocab_size;
   const int64_t n = static_cast<int64_t>(ids.size());
   double total = 0;
@@ -94,8 +103,8 @@ void register_model_commands(CLI::App& app) {
   ic->add_option("--out", init->out, "Output model file (.safetensors)")->required();
   ic->add_option("--seed", init->seed, "Initialisation seed")->capture_default_str();
   ic->add_option("--tokenizer", init->tokenizer,
-                 "char | gpt2 | bpe:CODES | byte-bpe:VOCAB | tokenizer JSON | model .safetensors")
-      ->capture_default_str();
+                 "char | gpt2 | bpe:CODES | byte-bpe:VOCAB | tokenizer JSON | model .safetensors (default: none; "
+                 "the config's vocab_size, and the file carries no tokenizer)");
   ic->add_option("--gpt2-dir", init->gpt2_dir, "Folder with GPT-2's encoder.json and vocab.bpe");
   ic->callback([init] { run_init(*init); });
 

@@ -22,16 +22,18 @@ struct PlotOptions {
 };
 
 void run_plot(const PlotOptions& o) {
-  if (o.metrics.empty() == o.run.empty()) fail("plot: give exactly one of --metrics FILE and --run DIR");
+  if (o.metrics.empty() == o.run.empty())
+    fail_input("--metrics", "plot: give exactly one of --metrics FILE and --run DIR");
   const std::filesystem::path run(o.run);
   const std::string metrics = o.metrics.empty() ? (run / "metrics.jsonl").string() : o.metrics;
   std::string out = o.out;
   if (out.empty()) {
-    if (o.run.empty()) fail("plot: --out is required with --metrics");
+    if (o.run.empty()) fail_input("--out", "plot: --out is required with --metrics");
     out = (run / "loss.png").string();
   }
   const LossCurves curves = read_loss_curves(metrics);
-  if (curves.train.empty() && curves.val.empty()) fail("{}: no train_loss or val_loss values to plot", metrics);
+  if (curves.train.empty() && curves.val.empty())
+    fail_file(metrics, "{}: no train_loss or val_loss values to plot", metrics);
   write_png_rgb(out, o.width, o.height, render_loss_curves(curves, o.width, o.height));
   fmt::print("wrote {} ({}x{}): {} train points, {} val points\n", out, o.width, o.height, curves.train.size(),
              curves.val.size());

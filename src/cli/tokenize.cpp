@@ -59,7 +59,8 @@ std::vector<TokenId> parse_ids(const std::string& text, const std::string& where
     TokenId id = 0;
     const auto [end, ec] = std::from_chars(text.data() + i, text.data() + j, id);
     if (ec != std::errc() || end != text.data() + j || id < 0)
-      fail("{}: id number {} ('{}') is not a token id", where, index, text.substr(i, std::min<size_t>(j - i, 40)));
+      fail(where.starts_with("--") ? ErrorKind::BadInput : ErrorKind::BadFile, where,
+           "{}: id number {} ('{}') is not a token id", where, index, text.substr(i, std::min<size_t>(j - i, 40)));
     ids.push_back(id);
     ++index;
     i = j;
@@ -69,7 +70,7 @@ std::vector<TokenId> parse_ids(const std::string& text, const std::string& where
 
 void write_raw(const std::string& bytes) {
   if (!bytes.empty() && std::fwrite(bytes.data(), 1, bytes.size(), stdout) != bytes.size())
-    fail("cannot write to standard output");
+    fail_file("<stdout>", "cannot write to standard output");
   std::fflush(stdout);
 }
 
@@ -92,7 +93,7 @@ void register_tokenize(CLI::App& app) {
   tok->add_flag("--allow-special", opt->allow_special, "Recognise special tokens such as <|endoftext|>");
   tok->add_option("--gpt2-dir", opt->gpt2_dir, "Folder with GPT-2's encoder.json and vocab.bpe");
   tok->callback([opt, text_opt, input_opt] {
-    if (text_opt->count() == 0 && input_opt->count() == 0) fail("tokenize: give --text or --input");
+    if (text_opt->count() == 0 && input_opt->count() == 0) fail_input("--text", "tokenize: give --text or --input");
     const auto tokenizer = tokenizer_by_name_or_model(opt->tokenizer, opt->gpt2_dir);
     const std::string text = text_opt->count() ? opt->text : read_input(opt->input);
     const std::vector<TokenId> ids = tokenizer->encode(text, opt->allow_special);
@@ -116,7 +117,7 @@ void register_tokenize(CLI::App& app) {
   ids_opt->excludes(ids_input);
   detok->add_option("--gpt2-dir", opt->gpt2_dir, "Folder with GPT-2's encoder.json and vocab.bpe");
   detok->callback([opt, ids_opt, ids_input] {
-    if (ids_opt->count() == 0 && ids_input->count() == 0) fail("detokenize: give --ids or --input");
+    if (ids_opt->count() == 0 && ids_input->count() == 0) fail_input("--ids", "detokenize: give --ids or --input");
     const auto tokenizer = tokenizer_by_name_or_model(opt->tokenizer, opt->gpt2_dir);
     const std::vector<TokenId> ids =
         ids_opt->count() ? parse_ids(opt->ids, "--ids") : parse_ids(read_input(opt->input), opt->input);

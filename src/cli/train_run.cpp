@@ -40,21 +40,23 @@ void run_training(TrainOptions o, const std::string& resume_dir, const std::vect
   const bool resuming = !resume_dir.empty();
   if (resuming) {
     const std::string ckpt = (fs::path(resume_dir) / "checkpoint.safetensors").string();
-    if (!fs::exists(ckpt)) fail("--resume {}: no checkpoint.safetensors there", resume_dir);
+    if (!fs::exists(ckpt)) fail_input("--resume", "--resume {}: no checkpoint.safetensors there", resume_dir);
     const SafetensorsFile f = SafetensorsFile::open(ckpt);
     const auto& meta = f.metadata();
     for (const char* key : {"train_state", "config", "tokenizer"})
-      if (!meta.contains(key)) fail("{}: no \"{}\" in __metadata__; not a training checkpoint", ckpt, key);
+      if (!meta.contains(key)) fail_file(key, "{}: no \"{}\" in __metadata__; not a training checkpoint", ckpt, key);
     nlohmann::json saved;
     try {
       saved = nlohmann::json::parse(meta.at("train_state")).at("options");
     } catch (const nlohmann::json::exception& e) {
-      fail("{}: train_state has no readable options: {}", ckpt, e.what());
+      fail_file("train_state", "{}: train_state has no readable options: {}", ckpt, e.what());
     }
     // The model and tokenizer are the checkpoint's: --config and --tokenizer cannot change them.
     for (const char* key : {"config", "tokenizer"})
       if (std::count(given.begin(), given.end(), std::string(key)))
-        fail("--{} cannot be given with --resume: the checkpoint {} holds the model's config and tokenizer", key, ckpt);
+        fail_input(fmt::format("--{}", key),
+                   "--{} cannot be given with --resume: the checkpoint {} holds the model's config and tokenizer", key,
+                   ckpt);
     // The saved options, with the flags given now on top.
     const nlohmann::json now = o.to_json();
     for (const std::string& key : given)
@@ -68,31 +70,33 @@ void run_training(TrainOptions o, const std::string& resume_dir, const std::vect
     session = std::make_unique<TrainSession>(o, config, std::move(tok), std::move(data));
     session->load_checkpoint(ckpt);
     if (session->current_step() >= o.steps)
-      fail("{} already holds step {}; pass a larger --steps to continue", ckpt, session->current_step());
+      fail_input("--steps", "{} already holds step {}; pass a larger --steps to continue", ckpt,
+                 session->current_step());
     truncate_metrics_after((fs::path(o.out) / "metrics.jsonl").string(), session->current_step());
   } else {
-    if (o.data.empty()) fail("--data is required");
-    if (o.out.empty()) fail("--out is required");
+    if (o.data.empty()) fail_input("--data", "--data is required");
+    if (o.out.empty()) fail_input("--out", "--out is required");
     o.validate();
     set_num_threads(o.threads);
     if (fs::exists(fs::path(o.out) / "checkpoint.safetensors"))
-      fail("{} already holds a training run; continue it with --resume {} or choose another --out", o.out, o.out);
+      fail_input("--out", "{} already holds a training run; continue it with --resume {} or choose another --out",
+                 o.out, o.out);
     // Everything that can be checked is checked before the run folder is created, so a bad flag,
     // config or file leaves nothing behind.
     for (const std::string& f : {o.data, o.val_data}) {
       if (f.empty()) continue;
-      if (!fs::is_regular_file(f)) fail("{}: no such file", f);
-      if (fs::file_size(f) == 0) fail("{}: empty file", f);
+      if (!fs::is_regular_file(f)) fail_file(f, "{}: no such file", f);
+      if (fs::file_size(f) == 0) fail_file(f, "{}: empty file", f);
     }
     ModelConfig config = o.config.empty() ? ModelConfig{} : ModelConfig::from_file(o.config);
     auto tok = training_tokenizer(o);
     if (config.vocab_size == 0) config.vocab_size = tok->vocab_size();
     if (config.vocab_size != tok->vocab_size())
-      fail("{}: vocab_size is {} but the tokenizer '{}' has {} tokens", o.config, config.vocab_size, o.tokenizer,
-           tok->vocab_size());
+      fail_config("vocab_size", "{}: vocab_size is {} but the tokenizer '{}' has {} tokens", o.config,
+                  config.vocab_size, o.tokenizer, tok->vocab_size());
     config.validate();
     if (o.context > config.context_length)
-      fail("--context {} exceeds the config's context_length {}", o.context, config.context_length);
+      fail_input("--context", "--context {} exceeds the config's context_length {}", o.context, config.context_length);
     // The token cache goes into the run folder; a split too small for the context is only known
     // once tokenized, so a folder this run created is removed again when the set-up fails.
     const bool created = !fs::exists(o.out);

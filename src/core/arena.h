@@ -57,7 +57,7 @@ class BasicArena {
   }
   TensorView<T> get(std::string_view name) {
     auto it = index_.find(std::string(name));
-    if (it == index_.end()) fail("arena: no tensor named '{}'", name);
+    if (it == index_.end()) fail_input(name, "arena: no tensor named '{}'", name);
     const Entry& e = entries_[it->second];
     return TensorView<T>(storage_.data() + e.offset, e.shape);
   }

@@ -44,7 +44,7 @@ std::string temporary_name(const std::string& path) {
 
 std::string read_file(const std::string& path) {
   std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) fail("{}: cannot open for reading: {}", path, errno_text(errno));
+  if (!f) fail_file(path, "{}: cannot open for reading: {}", path, errno_text(errno));
   std::string data;
   char buffer[1 << 16];
   size_t got;
@@ -52,7 +52,7 @@ std::string read_file(const std::string& path) {
   const int err = errno;
   const bool bad = std::ferror(f) != 0;
   std::fclose(f);
-  if (bad) fail("{}: read error: {}", path, errno_text(err));
+  if (bad) fail_file(path, "{}: read error: {}", path, errno_text(err));
   return data;
 }
 
@@ -65,13 +65,13 @@ AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
     fd = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
     if (fd < 0 && errno != EEXIST) break;
   }
-  if (fd < 0) fail("{}: cannot create the temporary file {}: {}", path_, tmp_, errno_text(errno));
+  if (fd < 0) fail_file(path_, "{}: cannot create the temporary file {}: {}", path_, tmp_, errno_text(errno));
   f_ = ::fdopen(fd, "wb");
   if (!f_) {
     const int err = errno;
     ::close(fd);
     ::unlink(tmp_.c_str());
-    fail("{}: cannot open the temporary file {}: {}", path_, tmp_, errno_text(err));
+    fail_file(path_, "{}: cannot open the temporary file {}: {}", path_, tmp_, errno_text(err));
   }
 }
 
@@ -88,19 +88,19 @@ void AtomicFile::discard() noexcept {
 void AtomicFile::write(const void* data, size_t n) {
   TF_CHECK(f_ != nullptr, "{}: write after commit", path_);
   if (n == 0) return;
-  if (std::fwrite(data, 1, n, f_) != n) fail("{}: write failed ({}): {}", path_, tmp_, errno_text(errno));
+  if (std::fwrite(data, 1, n, f_) != n) fail_file(path_, "{}: write failed ({}): {}", path_, tmp_, errno_text(errno));
 }
 
 void AtomicFile::commit() {
   TF_CHECK(f_ != nullptr && !committed_, "{}: commit called twice", path_);
-  if (std::fflush(f_) != 0) fail("{}: write failed ({}): {}", path_, tmp_, errno_text(errno));
-  if (::fsync(::fileno(f_)) != 0) fail("{}: fsync failed ({}): {}", path_, tmp_, errno_text(errno));
+  if (std::fflush(f_) != 0) fail_file(path_, "{}: write failed ({}): {}", path_, tmp_, errno_text(errno));
+  if (::fsync(::fileno(f_)) != 0) fail_file(path_, "{}: fsync failed ({}): {}", path_, tmp_, errno_text(errno));
   const int closed = std::fclose(f_);
   const int close_err = errno;
   f_ = nullptr;
-  if (closed != 0) fail("{}: close failed ({}): {}", path_, tmp_, errno_text(close_err));
+  if (closed != 0) fail_file(path_, "{}: close failed ({}): {}", path_, tmp_, errno_text(close_err));
   if (::rename(tmp_.c_str(), path_.c_str()) != 0)
-    fail("{}: cannot rename {} over it: {}", path_, tmp_, errno_text(errno));
+    fail_file(path_, "{}: cannot rename {} over it: {}", path_, tmp_, errno_text(errno));
   committed_ = true;
   // The rename is an entry in the folder: sync the folder too, or a crash may lose the new name.
   // A folder that cannot be opened for reading, or a file system that cannot sync one (EINVAL),
@@ -112,7 +112,7 @@ void AtomicFile::commit() {
   const int sync_err = errno;
   ::close(dfd);
   if (synced != 0 && sync_err != EINVAL)
-    fail("{}: written, but the fsync of its folder {} failed: {}", path_, dir, errno_text(sync_err));
+    fail_file(path_, "{}: written, but the fsync of its folder {} failed: {}", path_, dir, errno_text(sync_err));
 }
 
 void write_file_atomic(const std::string& path, std::string_view bytes) {

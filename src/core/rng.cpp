@@ -1,4 +1,5 @@
 #include "core/rng.h"
+#include "core/threads.h"
 
 #include <cmath>
 #include <numbers>
@@ -69,16 +70,14 @@ template <typename T>
 void fill_normal(TensorView<T> x, uint64_t seed, uint64_t stream, double mean, double stddev) {
   T* p = x.data();
   const int64_t n = x.numel();
-#pragma omp parallel for schedule(static) if (n > 65536)
-  for (int64_t i = 0; i < n; ++i) p[i] = static_cast<T>(mean + stddev * normal_at(seed, stream, i));
+  parallel_for(n, n > 65536, [&](int64_t i) { p[i] = static_cast<T>(mean + stddev * normal_at(seed, stream, i)); });
 }
 
 template <typename T>
 void fill_uniform(TensorView<T> x, uint64_t seed, uint64_t stream, double lo, double hi) {
   T* p = x.data();
   const int64_t n = x.numel();
-#pragma omp parallel for schedule(static) if (n > 65536)
-  for (int64_t i = 0; i < n; ++i) p[i] = static_cast<T>(lo + (hi - lo) * uniform_at(seed, stream, i));
+  parallel_for(n, n > 65536, [&](int64_t i) { p[i] = static_cast<T>(lo + (hi - lo) * uniform_at(seed, stream, i)); });
 }
 
 template void fill_normal<float>(TensorView<float>, uint64_t, uint64_t, double, double);

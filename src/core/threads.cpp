@@ -17,8 +17,6 @@ void set_num_threads(int n) {
   openblas_set_num_threads(n);
 }
 
-int num_threads() { return omp_get_max_threads(); }
-
 std::string blas_config() { return openblas_get_config(); }
 
 int blas_parallel_model() { return openblas_get_parallel(); }

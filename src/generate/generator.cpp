@@ -15,15 +15,19 @@ std::vector<std::vector<TokenId>> generate(Model& model, const std::vector<std::
   const auto& c = model.config();
   const int64_t B = static_cast<int64_t>(prompts.size());
   if (B == 0) return {};
-  if (options.max_new_tokens < 0) fail("--max-new-tokens must be >= 0, got {}", options.max_new_tokens);
+  if (options.max_new_tokens < 0)
+    fail_input("--max-new-tokens", "--max-new-tokens must be >= 0, got {}", options.max_new_tokens);
   int64_t longest = 0;
   std::vector<int64_t> lengths(B);
   for (int64_t b = 0; b < B; ++b) {
     lengths[b] = static_cast<int64_t>(prompts[b].size());
-    if (lengths[b] == 0) fail("prompt {} is empty: generation needs at least one token to condition on", b);
+    if (lengths[b] == 0)
+      fail_input(fmt::format("prompt {}", b), "prompt {} is empty: generation needs at least one token to condition on",
+                 b);
     if (lengths[b] + options.max_new_tokens > c.context_length)
-      fail("prompt {} has {} tokens and {} new tokens were asked for: {} > the model's context_length {}", b,
-           lengths[b], options.max_new_tokens, lengths[b] + options.max_new_tokens, c.context_length);
+      fail_input(fmt::format("prompt {}", b),
+                 "prompt {} has {} tokens and {} new tokens were asked for: {} > the model's context_length {}", b,
+                 lengths[b], options.max_new_tokens, lengths[b] + options.max_new_tokens, c.context_length);
     longest = std::max(longest, lengths[b]);
   }
   using clock = std::chrono::steady_clock;
@@ -53,6 +57,7 @@ std::vector<std::vector<TokenId>> generate(Model& model, const std::vector<std::
   std::vector<Sampler> samplers;
   for (int64_t b = 0; b < B; ++b) samplers.emplace_back(options.sampler);  // each as if alone
   std::vector<std::vector<TokenId>> out(B);
+  for (auto& o : out) o.reserve(static_cast<size_t>(options.max_new_tokens));  // no growth per token
   std::vector<bool> done(B, false);
   std::vector<TokenId> next(B, 0);
   std::vector<int64_t> valid(B);

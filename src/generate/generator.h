@@ -5,7 +5,8 @@
 //
 // Context is counted in tokens: a prompt of P tokens asking for N new ones needs P + N <=
 // context_length, otherwise generate() throws an Error naming both numbers. (No sliding window:
-// a model's positions beyond its training context are not trustworthy, spec section 04.)
+// a model never saw positions beyond its training context, so its outputs there are not
+// trustworthy.)
 #pragma once
 
 #include <cstdint>

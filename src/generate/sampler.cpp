@@ -12,9 +12,9 @@ namespace tformer {
 
 void SamplerConfig::validate() const {
   if (!(temperature >= 0.0) || !std::isfinite(temperature))
-    fail("--temperature must be a finite number >= 0, got {}", temperature);
-  if (top_k < 0) fail("--top-k must be >= 0, got {}", top_k);
-  if (!(top_p > 0.0 && top_p <= 1.0)) fail("--top-p must be in (0, 1], got {}", top_p);
+    fail_input("--temperature", "--temperature must be a finite number >= 0, got {}", temperature);
+  if (top_k < 0) fail_input("--top-k", "--top-k must be >= 0, got {}", top_k);
+  if (!(top_p > 0.0 && top_p <= 1.0)) fail_input("--top-p", "--top-p must be in (0, 1], got {}", top_p);
 }
 
 Sampler::Sampler(SamplerConfig config) : config_(config), rng_(config.seed) { config_.validate(); }
@@ -35,6 +35,7 @@ bool Sampler::candidates(const float* logits, int64_t vocab, bool materialize) {
   // Softmax at temperature t, in double, max-subtracted. The exponentials use a vectorisable exp
   // (relative error ~3e-16, kernels/fast_math.h) and eight interleaved partial sums.
   probs_.resize(vocab);
+  candidates_.reserve(static_cast<size_t>(vocab));  // once: no allocation per token after the first
   const double inv_t = 1.0 / config_.temperature;
   float mxf = -INFINITY;
   for (int64_t i = 0; i < vocab; ++i) mxf = std::max(mxf, logits[i]);

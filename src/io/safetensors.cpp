@@ -74,10 +74,11 @@ void pread_all(int fd, const std::string& path, void* dst, uint64_t n, uint64_t 
     const ssize_t got = ::pread(fd, out, chunk, static_cast<off_t>(offset));
     if (got < 0) {
       if (errno == EINTR) continue;
-      fail("{}: read of {} bytes at file offset {} failed: {}", path, n, offset, errno_text());
+      fail_file(path, "{}: read of {} bytes at file offset {} failed: {}", path, n, offset, errno_text());
     }
     if (got == 0)
-      fail("{}: unexpected end of file at offset {} ({} more bytes expected; did the file shrink?)", path, offset, n);
+      fail_file(path, "{}: unexpected end of file at offset {} ({} more bytes expected; did the file shrink?)", path,
+                offset, n);
     out += got;
     offset += static_cast<uint64_t>(got);
     n -= static_cast<uint64_t>(got);
@@ -108,7 +109,7 @@ class HeaderGuard {
       case Json::parse_event_t::object_start:
       case Json::parse_event_t::array_start:
         if (open_.size() >= kMaxDepth)
-          fail("{}: the header nests objects and arrays more than {} deep", path_, kMaxDepth);
+          fail_file(path_, "{}: the header nests objects and arrays more than {} deep", path_, kMaxDepth);
         open_.push_back(event == Json::parse_event_t::object_start);
         keys_.emplace_back();
         break;
@@ -122,8 +123,9 @@ class HeaderGuard {
         if (open_.size() == 1) top_key_ = key;
         if (!keys_.back().insert(key).second) {
           if (open_.size() == 1)
-            fail("{}: the header has two entries named '{}' (duplicate keys are not allowed)", path_, key);
-          fail("{}: the header entry '{}' repeats the key '{}' (duplicate keys are not allowed)", path_, top_key_, key);
+            fail_file(key, "{}: the header has two entries named '{}' (duplicate keys are not allowed)", path_, key);
+          fail_file(top_key_, "{}: the header entry '{}' repeats the key '{}' (duplicate keys are not allowed)", path_,
+                    top_key_, key);
         }
         break;
       }
@@ -145,61 +147,69 @@ class HeaderGuard {
 uint64_t as_unsigned(const Json& v, const std::string& path, const std::string& name, const char* what) {
   if (v.is_number_unsigned()) return v.get<uint64_t>();
   if (v.is_number_integer())
-    fail("{}: tensor '{}': {} holds the negative number {}", path, name, what, v.get<int64_t>());
-  fail("{}: tensor '{}': {} must hold non-negative integers, found {} {}", path, name, what, v.type_name(), v.dump());
+    fail_file(name, "{}: tensor '{}': {} holds the negative number {}", path, name, what, v.get<int64_t>());
+  fail_file(name, "{}: tensor '{}': {} must hold non-negative integers, found {} {}", path, name, what, v.type_name(),
+            v.dump());
 }
 
 const Json& field(const Json& entry, const char* key, const std::string& path, const std::string& name) {
   auto it = entry.find(key);
   if (it == entry.end())
-    fail("{}: tensor '{}': the header entry has no \"{}\" (expected \"dtype\", \"shape\" and \"data_offsets\")", path,
-         name, key);
+    fail_file(name,
+              "{}: tensor '{}': the header entry has no \"{}\" (expected \"dtype\", \"shape\" and \"data_offsets\")",
+              path, name, key);
   return *it;
 }
 
 SafetensorsTensor parse_entry(const std::string& name, const Json& entry, const std::string& path, uint64_t buffer_size,
                               uint64_t data_start) {
   if (!entry.is_object())
-    fail("{}: tensor '{}': the header entry must be an object with \"dtype\", \"shape\" and \"data_offsets\", found {}",
-         path, name, entry.type_name());
+    fail_file(
+        name,
+        "{}: tensor '{}': the header entry must be an object with \"dtype\", \"shape\" and \"data_offsets\", found {}",
+        path, name, entry.type_name());
   SafetensorsTensor t;
   t.name = name;
 
   const Json& dtype = field(entry, "dtype", path, name);
-  if (!dtype.is_string()) fail("{}: tensor '{}': \"dtype\" must be a string, found {}", path, name, dtype.type_name());
+  if (!dtype.is_string())
+    fail_file(name, "{}: tensor '{}': \"dtype\" must be a string, found {}", path, name, dtype.type_name());
   t.dtype = dtype.get<std::string>();
   const int64_t elem_size = safetensors_dtype_size(t.dtype);
-  if (elem_size == 0) fail("{}: tensor '{}': unknown dtype '{}' (known: {})", path, name, t.dtype, known_dtypes());
+  if (elem_size == 0)
+    fail_unsupported(name, "{}: tensor '{}': unknown dtype '{}' (known: {})", path, name, t.dtype, known_dtypes());
 
   const Json& shape = field(entry, "shape", path, name);
   if (!shape.is_array())
-    fail("{}: tensor '{}': \"shape\" must be an array of extents, found {}", path, name, shape.type_name());
+    fail_file(name, "{}: tensor '{}': \"shape\" must be an array of extents, found {}", path, name, shape.type_name());
   for (const Json& d : shape) {
     const uint64_t extent = as_unsigned(d, path, name, "\"shape\"");
     if (extent > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-      fail("{}: tensor '{}': extent {} in \"shape\" is too large", path, name, extent);
+      fail_file(name, "{}: tensor '{}': extent {} in \"shape\" is too large", path, name, extent);
     t.shape.push_back(static_cast<int64_t>(extent));
   }
 
   const Json& offsets = field(entry, "data_offsets", path, name);
   if (!offsets.is_array() || offsets.size() != 2)
-    fail("{}: tensor '{}': \"data_offsets\" must be an array [begin, end], found {}", path, name, offsets.dump());
+    fail_file(name, "{}: tensor '{}': \"data_offsets\" must be an array [begin, end], found {}", path, name,
+              offsets.dump());
   t.begin = as_unsigned(offsets[0], path, name, "\"data_offsets\"");
   t.end = as_unsigned(offsets[1], path, name, "\"data_offsets\"");
-  if (t.begin > t.end) fail("{}: tensor '{}': data_offsets [{}, {}] end before they begin", path, name, t.begin, t.end);
+  if (t.begin > t.end)
+    fail_file(name, "{}: tensor '{}': data_offsets [{}, {}] end before they begin", path, name, t.begin, t.end);
 
   uint64_t nbytes = 0;
   if (!byte_count(t.shape, elem_size, &nbytes))
-    fail("{}: tensor '{}': shape {} of {} has more bytes than 64 bits can count", path, name, shape_str(t.shape),
-         t.dtype);
+    fail_file(name, "{}: tensor '{}': shape {} of {} has more bytes than 64 bits can count", path, name,
+              shape_str(t.shape), t.dtype);
   if (nbytes != t.end - t.begin)
-    fail("{}: tensor '{}': shape {} of {} needs {} bytes, but data_offsets [{}, {}] span {}", path, name,
-         shape_str(t.shape), t.dtype, nbytes, t.begin, t.end, t.end - t.begin);
+    fail_file(name, "{}: tensor '{}': shape {} of {} needs {} bytes, but data_offsets [{}, {}] span {}", path, name,
+              shape_str(t.shape), t.dtype, nbytes, t.begin, t.end, t.end - t.begin);
   if (t.end > buffer_size)
-    fail(
-        "{}: tensor '{}': data_offsets [{}, {}] run past the end of the data buffer, which holds {} bytes (file "
-        "offsets {} to {})",
-        path, name, t.begin, t.end, buffer_size, data_start, data_start + buffer_size);
+    fail_file(name,
+              "{}: tensor '{}': data_offsets [{}, {}] run past the end of the data buffer, which holds {} bytes (file "
+              "offsets {} to {})",
+              path, name, t.begin, t.end, buffer_size, data_start, data_start + buffer_size);
   return t;
 }
 
@@ -210,21 +220,21 @@ void check_tiling(const std::vector<SafetensorsTensor>& sorted, const std::strin
   const SafetensorsTensor* prev = nullptr;
   for (const SafetensorsTensor& t : sorted) {
     if (t.begin > covered)
-      fail(
-          "{}: bytes [{}, {}) of the data buffer (file offsets {} to {}) belong to no tensor: a hole before "
-          "tensor '{}' (the data buffer must be covered without gaps)",
-          path, covered, t.begin, data_start + covered, data_start + t.begin, t.name);
+      fail_file(t.name,
+                "{}: bytes [{}, {}) of the data buffer (file offsets {} to {}) belong to no tensor: a hole before "
+                "tensor '{}' (the data buffer must be covered without gaps)",
+                path, covered, t.begin, data_start + covered, data_start + t.begin, t.name);
     if (t.begin < covered)
-      fail("{}: tensor '{}' (data_offsets [{}, {}]) overlaps tensor '{}' (data_offsets [{}, {}])", path, t.name,
-           t.begin, t.end, prev->name, prev->begin, prev->end);
+      fail_file(t.name, "{}: tensor '{}' (data_offsets [{}, {}]) overlaps tensor '{}' (data_offsets [{}, {}])", path,
+                t.name, t.begin, t.end, prev->name, prev->begin, prev->end);
     covered = t.end;
     prev = &t;
   }
   if (covered != buffer_size)
-    fail(
-        "{}: the data buffer holds {} bytes but the tensors cover only the first {}: {} trailing bytes from file "
-        "offset {}",
-        path, buffer_size, covered, buffer_size - covered, data_start + covered);
+    fail_file(path,
+              "{}: the data buffer holds {} bytes but the tensors cover only the first {}: {} trailing bytes from file "
+              "offset {}",
+              path, buffer_size, covered, buffer_size - covered, data_start + covered);
 }
 
 }  // namespace
@@ -257,24 +267,26 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
   SafetensorsFile f;
   f.path_ = path;
   f.fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (f.fd_ < 0) fail("{}: cannot open: {}", path, errno_text());
+  if (f.fd_ < 0) fail_file(path, "{}: cannot open: {}", path, errno_text());
   struct stat st {};
-  if (::fstat(f.fd_, &st) != 0) fail("{}: cannot stat: {}", path, errno_text());
-  if (!S_ISREG(st.st_mode)) fail("{}: not a regular file", path);
+  if (::fstat(f.fd_, &st) != 0) fail_file(path, "{}: cannot stat: {}", path, errno_text());
+  if (!S_ISREG(st.st_mode)) fail_file(path, "{}: not a regular file", path);
   f.file_size_ = static_cast<uint64_t>(st.st_size);
 
   // 1. The header length.
   if (f.file_size_ < 8)
-    fail("{}: the file is {} bytes, too short for the 8-byte header length a safetensors file starts with", path,
-         f.file_size_);
+    fail_file(path, "{}: the file is {} bytes, too short for the 8-byte header length a safetensors file starts with",
+              path, f.file_size_);
   unsigned char len_bytes[8];
   pread_all(f.fd_, path, len_bytes, 8, 0);
   const uint64_t header_len = load_le64(len_bytes);
   if (header_len > kSafetensorsMaxHeader)
-    fail("{}: header length {} (file offset 0) exceeds the limit of {} bytes", path, header_len, kSafetensorsMaxHeader);
+    fail_file(path, "{}: header length {} (file offset 0) exceeds the limit of {} bytes", path, header_len,
+              kSafetensorsMaxHeader);
   if (header_len > f.file_size_ - 8)
-    fail("{}: header length {} (file offset 0) runs past the end of the file: only {} bytes follow the length", path,
-         header_len, f.file_size_ - 8);
+    fail_file(path,
+              "{}: header length {} (file offset 0) runs past the end of the file: only {} bytes follow the length",
+              path, header_len, f.file_size_ - 8);
   f.data_start_ = 8 + header_len;
   const uint64_t buffer_size = f.file_size_ - f.data_start_;
 
@@ -282,29 +294,30 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
   std::string text(static_cast<size_t>(header_len), '\0');
   pread_all(f.fd_, path, text.data(), header_len, 8);
   if (text.empty() || text[0] != '{')
-    fail("{}: the header (file offset 8) must start with '{{', found {}", path,
-         text.empty() ? std::string("an empty header")
-                      : fmt::format("byte 0x{:02x}", static_cast<unsigned char>(text[0])));
+    fail_file(path, "{}: the header (file offset 8) must start with '{{', found {}", path,
+              text.empty() ? std::string("an empty header")
+                           : fmt::format("byte 0x{:02x}", static_cast<unsigned char>(text[0])));
   Json header;
   try {
     HeaderGuard guard(path);
     header = Json::parse(text, std::ref(guard));
   } catch (const Json::parse_error& e) {
     // e.byte counts from 1 within the header text.
-    fail("{}: the header is not valid JSON (near file offset {}): {}", path, 8 + (e.byte > 0 ? e.byte - 1 : 0),
-         e.what());
+    fail_file(path, "{}: the header is not valid JSON (near file offset {}): {}", path,
+              8 + (e.byte > 0 ? e.byte - 1 : 0), e.what());
   }
-  if (!header.is_object()) fail("{}: the header must be a JSON object, found {}", path, header.type_name());
+  if (!header.is_object()) fail_file(path, "{}: the header must be a JSON object, found {}", path, header.type_name());
 
   // 3. Metadata and tensor entries.
   for (const auto& [key, value] : header.items()) {
     if (key == "__metadata__") {
       if (!value.is_object())
-        fail("{}: \"__metadata__\" must be an object of strings, found {}", path, value.type_name());
+        fail_file("__metadata__", "{}: \"__metadata__\" must be an object of strings, found {}", path,
+                  value.type_name());
       for (const auto& [mkey, mvalue] : value.items()) {
         if (!mvalue.is_string())
-          fail("{}: \"__metadata__\" value for key '{}' must be a string, found {} {}", path, mkey, mvalue.type_name(),
-               mvalue.dump());
+          fail_file(mkey, "{}: \"__metadata__\" value for key '{}' must be a string, found {} {}", path, mkey,
+                    mvalue.type_name(), mvalue.dump());
         f.metadata_[mkey] = mvalue.get<std::string>();
       }
       continue;
@@ -358,15 +371,16 @@ const SafetensorsTensor* SafetensorsFile::find(std::string_view name) const {
 
 const SafetensorsTensor& SafetensorsFile::at(std::string_view name) const {
   const SafetensorsTensor* t = find(name);
-  if (t == nullptr) fail("{}: no tensor named '{}' in the file", path_, name);
+  if (t == nullptr) fail_file(name, "{}: no tensor named '{}' in the file", path_, name);
   return *t;
 }
 
 void SafetensorsFile::read_f32(std::string_view name, float* dst, int64_t n) const {
   const SafetensorsTensor& t = at(name);
-  if (t.dtype != "F32") fail("{}: tensor '{}' has dtype {}, expected F32", path_, name, t.dtype);
+  if (t.dtype != "F32") fail_unsupported(name, "{}: tensor '{}' has dtype {}, expected F32", path_, name, t.dtype);
   if (t.numel() != n)
-    fail("{}: tensor '{}' has {} elements (shape {}), expected {}", path_, name, t.numel(), shape_str(t.shape), n);
+    fail_file(name, "{}: tensor '{}' has {} elements (shape {}), expected {}", path_, name, t.numel(),
+              shape_str(t.shape), n);
   read_bytes(t, dst, static_cast<uint64_t>(n) * sizeof(float));
 }
 
@@ -374,7 +388,7 @@ void SafetensorsFile::read_bytes(const SafetensorsTensor& t, void* dst, uint64_t
   TF_CHECK(fd_ >= 0, "{}: read from a closed (moved-from) file", path_);
   TF_CHECK(find(t.name) == &t, "{}: tensor '{}' is not an entry of this file", path_, t.name);
   if (nbytes != t.nbytes())
-    fail("{}: tensor '{}' holds {} bytes, but the destination has {}", path_, t.name, t.nbytes(), nbytes);
+    fail_input(t.name, "{}: tensor '{}' holds {} bytes, but the destination has {}", path_, t.name, t.nbytes(), nbytes);
   if (nbytes == 0) return;
   pread_all(fd_, path_, dst, nbytes, data_start_ + t.begin);
 }
@@ -389,8 +403,9 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
   std::string text = "{";
   auto quoted = [&](const std::string& s) {
     if (const auto bad = find_invalid_utf8(s))
-      fail("{}: a tensor name or metadata string is not valid UTF-8 (string of {} bytes, invalid at byte {})", path,
-           s.size(), *bad);
+      fail_input(path,
+                 "{}: a tensor name or metadata string is not valid UTF-8 (string of {} bytes, invalid at byte {})",
+                 path, s.size(), *bad);
     return nlohmann::json(s).dump();
   };
   if (!metadata.empty()) {
@@ -409,14 +424,14 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
   std::vector<uint64_t> sizes;
   uint64_t offset = 0;
   for (const TensorToWrite& t : tensors) {
-    if (t.name.empty()) fail("{}: a tensor to write has an empty name", path);
-    if (t.name == "__metadata__") fail("{}: '__metadata__' is reserved and cannot name a tensor", path);
-    if (!names.insert(t.name).second) fail("{}: two tensors to write are named '{}'", path, t.name);
+    if (t.name.empty()) fail_input(path, "{}: a tensor to write has an empty name", path);
+    if (t.name == "__metadata__") fail_input(t.name, "{}: '__metadata__' is reserved and cannot name a tensor", path);
+    if (!names.insert(t.name).second) fail_input(t.name, "{}: two tensors to write are named '{}'", path, t.name);
     for (int64_t d : t.shape)
-      if (d < 0) fail("{}: tensor '{}': negative extent in shape {}", path, t.name, shape_str(t.shape));
+      if (d < 0) fail_input(t.name, "{}: tensor '{}': negative extent in shape {}", path, t.name, shape_str(t.shape));
     uint64_t nbytes = 0;
     if (!byte_count(t.shape, sizeof(float), &nbytes) || nbytes > std::numeric_limits<uint64_t>::max() - offset)
-      fail("{}: tensor '{}': shape {} is too large", path, t.name, shape_str(t.shape));
+      fail_input(t.name, "{}: tensor '{}': shape {} is too large", path, t.name, shape_str(t.shape));
     std::string dims;
     for (size_t i = 0; i < t.shape.size(); ++i) {
       if (i) dims += ',';
@@ -430,7 +445,8 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
   text += "}";
   text.append((8 - text.size() % 8) % 8, ' ');
   if (text.size() > kSafetensorsMaxHeader)
-    fail("{}: the header would be {} bytes, over the limit of {}", path, text.size(), kSafetensorsMaxHeader);
+    fail_input(path, "{}: the header would be {} bytes, over the limit of {}", path, text.size(),
+               kSafetensorsMaxHeader);
 
   // 2. The bytes, into a temporary file that replaces `path` only once complete.
   AtomicFile file(path);
@@ -441,7 +457,8 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
   for (size_t i = 0; i < tensors.size(); ++i) {
     if (sizes[i] == 0) continue;
     if (tensors[i].data == nullptr)
-      fail("{}: tensor '{}' has shape {} but no data", path, tensors[i].name, shape_str(tensors[i].shape));
+      fail_input(tensors[i].name, "{}: tensor '{}' has shape {} but no data", path, tensors[i].name,
+                 shape_str(tensors[i].shape));
     file.write(tensors[i].data, sizes[i]);
   }
   file.commit();
@@ -469,19 +486,21 @@ void read_arena(const SafetensorsFile& file, Arena& arena, bool allow_missing) {
     const SafetensorsTensor* t = file.find(e.name);
     if (t == nullptr) {
       if (allow_missing) continue;
-      fail("{}: tensor '{}' (shape {}) is missing from the file", path, e.name, e.shape.str());
+      fail_file(e.name, "{}: tensor '{}' (shape {}) is missing from the file", path, e.name, e.shape.str());
     }
-    if (t->dtype != "F32") fail("{}: tensor '{}' has dtype {}, expected F32", path, e.name, t->dtype);
+    if (t->dtype != "F32")
+      fail_unsupported(e.name, "{}: tensor '{}' has dtype {}, expected F32", path, e.name, t->dtype);
     bool same = static_cast<int>(t->shape.size()) == e.shape.rank();
     for (int i = 0; same && i < e.shape.rank(); ++i) same = t->shape[i] == e.shape[i];
     if (!same)
-      fail("{}: tensor '{}': expected shape {}, file has {}", path, e.name, e.shape.str(), shape_str(t->shape));
+      fail_file(e.name, "{}: tensor '{}': expected shape {}, file has {}", path, e.name, e.shape.str(),
+                shape_str(t->shape));
     plan.emplace_back(&e, t);
   }
   for (const SafetensorsTensor& t : file.tensors())
     if (!arena.contains(t.name))
-      fail("{}: unexpected tensor '{}' (shape {}) in the file: the model has no tensor of that name", path, t.name,
-           shape_str(t.shape));
+      fail_file(t.name, "{}: unexpected tensor '{}' (shape {}) in the file: the model has no tensor of that name", path,
+                t.name, shape_str(t.shape));
   for (const auto& [e, t] : plan) file.read_bytes(*t, arena.view(*e).data(), t->nbytes());
 }
 

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <type_traits>
 
+#include "core/threads.h"
 #include "kernels/fast_math.h"
 
 namespace tformer {
@@ -88,18 +89,17 @@ template <typename T>
 void gelu_forward(T* y, const T* x, int64_t n, GeluKind kind) {
   if constexpr (std::is_same_v<T, float>) {
     const int64_t chunks = (n + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(static) if (n > kParallelElements)
-    for (int64_t c = 0; c < chunks; ++c) {
+    parallel_for(chunks, n > kParallelElements, [&](int64_t c) {
       const int64_t b = c * kChunk, m = std::min(kChunk, n - b);
       if (kind == GeluKind::Exact)
         gelu_forward_chunk<GeluKind::Exact>(y + b, x + b, m);
       else
         gelu_forward_chunk<GeluKind::Tanh>(y + b, x + b, m);
-    }
+    });
     return;
   }
-#pragma omp parallel for schedule(static) if (n > kParallelElements)
-  for (int64_t i = 0; i < n; ++i) y[i] = static_cast<T>(gelu_value(static_cast<double>(x[i]), kind));
+  parallel_for(n, n > kParallelElements,
+               [&](int64_t i) { y[i] = static_cast<T>(gelu_value(static_cast<double>(x[i]), kind)); });
 }
 
 // Forward (exact): y = x Phi(x) = 0.5 x (1 + erf(x / sqrt 2));
@@ -109,43 +109,40 @@ template <typename T>
 void gelu_backward(T* dx, const T* dy, const T* x, int64_t n, GeluKind kind) {
   if constexpr (std::is_same_v<T, float>) {
     const int64_t chunks = (n + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(static) if (n > kParallelElements)
-    for (int64_t c = 0; c < chunks; ++c) {
+    parallel_for(chunks, n > kParallelElements, [&](int64_t c) {
       const int64_t b = c * kChunk, m = std::min(kChunk, n - b);
       if (kind == GeluKind::Exact)
         gelu_backward_chunk<GeluKind::Exact>(dx + b, dy + b, x + b, m);
       else
         gelu_backward_chunk<GeluKind::Tanh>(dx + b, dy + b, x + b, m);
-    }
+    });
     return;
   }
-#pragma omp parallel for schedule(static) if (n > kParallelElements)
-  for (int64_t i = 0; i < n; ++i)
+  parallel_for(n, n > kParallelElements, [&](int64_t i) {
     dx[i] = static_cast<T>(static_cast<double>(dx[i]) +
                            static_cast<double>(dy[i]) * gelu_derivative(static_cast<double>(x[i]), kind));
+  });
 }
 
 template <typename T>
 void swiglu_forward(T* y, const T* a, const T* b, int64_t n) {
-#pragma omp parallel for schedule(static) if (n > kParallelElements)
-  for (int64_t i = 0; i < n; ++i) {
+  parallel_for(n, n > kParallelElements, [&](int64_t i) {
     const double av = static_cast<double>(a[i]);
     y[i] = static_cast<T>(av * sigmoid(av) * static_cast<double>(b[i]));
-  }
+  });
 }
 
 // Forward: y = silu(a) * b, silu(a) = a * s, s = sigmoid(a).
 // silu'(a) = s + a s (1 - s), so da += dy * b * silu'(a) and db += dy * silu(a).
 template <typename T>
 void swiglu_backward(T* da, T* db, const T* dy, const T* a, const T* b, int64_t n) {
-#pragma omp parallel for schedule(static) if (n > kParallelElements)
-  for (int64_t i = 0; i < n; ++i) {
+  parallel_for(n, n > kParallelElements, [&](int64_t i) {
     const double av = static_cast<double>(a[i]), g = static_cast<double>(dy[i]);
     const double s = sigmoid(av);
     if (da)
       da[i] = static_cast<T>(static_cast<double>(da[i]) + g * static_cast<double>(b[i]) * (s + av * s * (1.0 - s)));
     if (db) db[i] = static_cast<T>(static_cast<double>(db[i]) + g * av * s);
-  }
+  });
 }
 
 template void gelu_forward<float>(float*, const float*, int64_t, GeluKind);

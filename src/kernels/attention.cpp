@@ -10,6 +10,7 @@
 #include "kernels/attention.h"
 
 #include "core/scratch.h"
+#include "core/threads.h"
 
 #include <algorithm>
 #include <cmath>
@@ -75,53 +76,51 @@ void attention_forward(HeadsView<T> out, T* probs, HeadsView<const T> q, HeadsVi
   constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
   const bool parallel = enough_work(s);
-#pragma omp parallel for collapse(2) schedule(static) if (parallel)
-  for (int64_t b = 0; b < s.batch; ++b) {
-    for (int64_t h = 0; h < s.n_heads; ++h) {
-      const int64_t g = h / group;                              // the kv head this query head reads
-      ScratchBuffer<double> p(0, static_cast<size_t>(s.n_kv));  // per-thread, reused across calls
-      ScratchBuffer<double> acc(1, static_cast<size_t>(hd));
-      for (int64_t i = 0; i < s.n_q; ++i) {
-        const T* qi = q.at(b, i, h);
-        // Scores; a disallowed key gets -infinity before softmax (and is not read).
-        double max_score = kNegInf;
-        bool nan = false;
-        for (int64_t j = 0; j < s.n_kv; ++j) {
-          p[j] = m.allowed(b, i, j) ? dot(qi, k.at(b, j, g), hd) * scale : kNegInf;
-          if (p[j] > max_score) max_score = p[j];
-          nan |= std::isnan(p[j]);
-        }
-        // A NaN score (a NaN or infinite q or k) makes the whole row NaN, as torch's softmax does;
-        // so does a +infinite one (exp(inf - inf)).
-        if (nan) max_score = std::numeric_limits<double>::quiet_NaN();
-        // Softmax over the allowed scores. max_score is -infinity only when no key is allowed:
-        // that row's policy is all-zero weights and a zero output.
-        const bool any_allowed = max_score != kNegInf;
-        double sum = 0;
-        for (int64_t j = 0; j < s.n_kv; ++j) {
-          p[j] = (any_allowed && p[j] != kNegInf) ? std::exp(p[j] - max_score) : 0.0;
-          sum += p[j];
-        }
-        if (any_allowed) {
-          for (int64_t j = 0; j < s.n_kv; ++j) p[j] /= sum;
-        }
-        if (probs) {
-          T* prow = probs + ((b * s.n_heads + h) * s.n_q + i) * s.n_kv;
-          for (int64_t j = 0; j < s.n_kv; ++j) prow[j] = static_cast<T>(p[j]);
-        }
-        // out_i = sum_j P'_ij v_j over the allowed j (P' = P with dropout's mask and scale).
-        std::fill(acc.begin(), acc.end(), 0.0);
-        for (int64_t j = 0; j < s.n_kv; ++j) {
-          if (!m.allowed(b, i, j)) continue;
-          const double pj = drop.active() ? p[j] * dropout_factor(drop, s, b, h, i, j) : p[j];
-          const T* vj = v.at(b, j, g);
-          for (int64_t d = 0; d < hd; ++d) acc[d] += pj * static_cast<double>(vj[d]);
-        }
-        T* oi = out.at(b, i, h);
-        for (int64_t d = 0; d < hd; ++d) oi[d] = static_cast<T>(acc[d]);
+  parallel_for(s.batch * s.n_heads, parallel, [&](int64_t task) {
+    const int64_t b = task / s.n_heads, h = task % s.n_heads;
+    const int64_t g = h / group;                              // the kv head this query head reads
+    ScratchBuffer<double> p(0, static_cast<size_t>(s.n_kv));  // per-thread, reused across calls
+    ScratchBuffer<double> acc(1, static_cast<size_t>(hd));
+    for (int64_t i = 0; i < s.n_q; ++i) {
+      const T* qi = q.at(b, i, h);
+      // Scores; a disallowed key gets -infinity before softmax (and is not read).
+      double max_score = kNegInf;
+      bool nan = false;
+      for (int64_t j = 0; j < s.n_kv; ++j) {
+        p[j] = m.allowed(b, i, j) ? dot(qi, k.at(b, j, g), hd) * scale : kNegInf;
+        if (p[j] > max_score) max_score = p[j];
+        nan |= std::isnan(p[j]);
       }
+      // A NaN score (a NaN or infinite q or k) makes the whole row NaN, as torch's softmax does;
+      // so does a +infinite one (exp(inf - inf)).
+      if (nan) max_score = std::numeric_limits<double>::quiet_NaN();
+      // Softmax over the allowed scores. max_score is -infinity only when no key is allowed:
+      // that row's policy is all-zero weights and a zero output.
+      const bool any_allowed = max_score != kNegInf;
+      double sum = 0;
+      for (int64_t j = 0; j < s.n_kv; ++j) {
+        p[j] = (any_allowed && p[j] != kNegInf) ? std::exp(p[j] - max_score) : 0.0;
+        sum += p[j];
+      }
+      if (any_allowed) {
+        for (int64_t j = 0; j < s.n_kv; ++j) p[j] /= sum;
+      }
+      if (probs) {
+        T* prow = probs + ((b * s.n_heads + h) * s.n_q + i) * s.n_kv;
+        for (int64_t j = 0; j < s.n_kv; ++j) prow[j] = static_cast<T>(p[j]);
+      }
+      // out_i = sum_j P'_ij v_j over the allowed j (P' = P with dropout's mask and scale).
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (int64_t j = 0; j < s.n_kv; ++j) {
+        if (!m.allowed(b, i, j)) continue;
+        const double pj = drop.active() ? p[j] * dropout_factor(drop, s, b, h, i, j) : p[j];
+        const T* vj = v.at(b, j, g);
+        for (int64_t d = 0; d < hd; ++d) acc[d] += pj * static_cast<double>(vj[d]);
+      }
+      T* oi = out.at(b, i, h);
+      for (int64_t d = 0; d < hd; ++d) oi[d] = static_cast<T>(acc[d]);
     }
-  }
+  });
 }
 
 // The forward, restated (per batch b, query head h, kv head g = h / (n_heads / n_kv_heads)):
@@ -146,54 +145,62 @@ void attention_backward(HeadsView<T> dq, HeadsView<T> dk, HeadsView<T> dv, Heads
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
 
   const bool parallel = enough_work(s);
-#pragma omp parallel for collapse(2) schedule(static) if (parallel)
-  for (int64_t b = 0; b < s.batch; ++b) {
-    for (int64_t g = 0; g < s.n_kv_heads; ++g) {
-      ScratchBuffer<double> dk_acc(0, static_cast<size_t>(s.n_kv * hd));  // per-thread, zeroed, reused
-      ScratchBuffer<double> dv_acc(1, static_cast<size_t>(s.n_kv * hd));
-      ScratchBuffer<double> ds(2, static_cast<size_t>(s.n_kv));
-      ScratchBuffer<double> dq_acc(3, static_cast<size_t>(hd));
-      for (int64_t h = g * group; h < (g + 1) * group; ++h) {
-        for (int64_t i = 0; i < s.n_q; ++i) {
-          const T* prow = probs + ((b * s.n_heads + h) * s.n_q + i) * s.n_kv;
-          const T* doi = dout.at(b, i, h);
-          const T* qi = q.at(b, i, h);
-          // dP_ij and the row's sum_j P_ij dP_ij (only allowed keys are read).
-          double row_dot = 0;
-          for (int64_t j = 0; j < s.n_kv; ++j) {
-            ds[j] = m.allowed(b, i, j) ? dot(doi, v.at(b, j, g), hd) * dropout_factor(drop, s, b, h, i, j) : 0.0;
-            row_dot += static_cast<double>(prow[j]) * ds[j];
-          }
-          std::fill(dq_acc.begin(), dq_acc.end(), 0.0);
-          for (int64_t j = 0; j < s.n_kv; ++j) {
-            if (!m.allowed(b, i, j)) continue;
-            const double pij = static_cast<double>(prow[j]);
-            const double dsij = pij * (ds[j] - row_dot);
-            const double pdrop = drop.active() ? pij * dropout_factor(drop, s, b, h, i, j) : pij;
-            const T* kj = k.at(b, j, g);
-            double* dkj = dk_acc.data() + j * hd;
-            double* dvj = dv_acc.data() + j * hd;
-            for (int64_t d = 0; d < hd; ++d) {
-              dq_acc[d] += dsij * static_cast<double>(kj[d]);
-              dkj[d] += dsij * static_cast<double>(qi[d]);
-              dvj[d] += pdrop * static_cast<double>(doi[d]);
-            }
-          }
-          T* dqi = dq.at(b, i, h);
-          for (int64_t d = 0; d < hd; ++d) dqi[d] += static_cast<T>(scale * dq_acc[d]);
+  parallel_for(s.batch * s.n_kv_heads, parallel, [&](int64_t task) {
+    const int64_t b = task / s.n_kv_heads, g = task % s.n_kv_heads;
+    ScratchBuffer<double> dk_acc(0, static_cast<size_t>(s.n_kv * hd));  // per-thread, zeroed, reused
+    ScratchBuffer<double> dv_acc(1, static_cast<size_t>(s.n_kv * hd));
+    ScratchBuffer<double> ds(2, static_cast<size_t>(s.n_kv));
+    ScratchBuffer<double> dq_acc(3, static_cast<size_t>(hd));
+    for (int64_t h = g * group; h < (g + 1) * group; ++h) {
+      for (int64_t i = 0; i < s.n_q; ++i) {
+        const T* prow = probs + ((b * s.n_heads + h) * s.n_q + i) * s.n_kv;
+        const T* doi = dout.at(b, i, h);
+        const T* qi = q.at(b, i, h);
+        // dP_ij and the row's sum_j P_ij dP_ij (only allowed keys are read).
+        double row_dot = 0;
+        for (int64_t j = 0; j < s.n_kv; ++j) {
+          ds[j] = m.allowed(b, i, j) ? dot(doi, v.at(b, j, g), hd) * dropout_factor(drop, s, b, h, i, j) : 0.0;
+          row_dot += static_cast<double>(prow[j]) * ds[j];
         }
-      }
-      for (int64_t j = 0; j < s.n_kv; ++j) {
-        T* dkj = dk.at(b, j, g);
-        T* dvj = dv.at(b, j, g);
-        for (int64_t d = 0; d < hd; ++d) {
-          dkj[d] += static_cast<T>(scale * dk_acc[j * hd + d]);
-          dvj[d] += static_cast<T>(dv_acc[j * hd + d]);
+        std::fill(dq_acc.begin(), dq_acc.end(), 0.0);
+        for (int64_t j = 0; j < s.n_kv; ++j) {
+          if (!m.allowed(b, i, j)) continue;
+          const double pij = static_cast<double>(prow[j]);
+          const double dsij = pij * (ds[j] - row_dot);
+          const double pdrop = drop.active() ? pij * dropout_factor(drop, s, b, h, i, j) : pij;
+          const T* kj = k.at(b, j, g);
+          double* dkj = dk_acc.data() + j * hd;
+          double* dvj = dv_acc.data() + j * hd;
+          for (int64_t d = 0; d < hd; ++d) {
+            dq_acc[d] += dsij * static_cast<double>(kj[d]);
+            dkj[d] += dsij * static_cast<double>(qi[d]);
+            dvj[d] += pdrop * static_cast<double>(doi[d]);
+          }
         }
+        T* dqi = dq.at(b, i, h);
+        for (int64_t d = 0; d < hd; ++d) dqi[d] += static_cast<T>(scale * dq_acc[d]);
       }
     }
-  }
+    for (int64_t j = 0; j < s.n_kv; ++j) {
+      T* dkj = dk.at(b, j, g);
+      T* dvj = dv.at(b, j, g);
+      for (int64_t d = 0; d < hd; ++d) {
+        dkj[d] += static_cast<T>(scale * dk_acc[j * hd + d]);
+        dvj[d] += static_cast<T>(dv_acc[j * hd + d]);
+      }
+    }
+  });
 }
+
+template <typename T>
+void attention_reserve(const AttentionShape& s) {
+  // Slots 0 and 1 of each thread, as attention_forward takes them.
+  parallel_region(true, [&] {
+    const ScratchBuffer<double> p(0, static_cast<size_t>(s.n_kv)), acc(1, static_cast<size_t>(s.head_dim));
+  });
+}
+template void attention_reserve<float>(const AttentionShape&);
+template void attention_reserve<double>(const AttentionShape&);
 
 template void attention_forward<float>(HeadsView<float>, float*, HeadsView<const float>, HeadsView<const float>,
                                        HeadsView<const float>, const AttentionShape&, const AttentionMask&,

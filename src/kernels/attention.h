@@ -97,4 +97,9 @@ void attention_backward(HeadsView<T> dq, HeadsView<T> dk, HeadsView<T> dv, Heads
                         HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v, const AttentionShape& s,
                         const AttentionMask& m, const AttentionDropout& drop = {});
 
+// Grows every pool thread's scratch to what a forward of shape s (or any with fewer keys) takes,
+// so that later calls allocate nothing.
+template <typename T>
+void attention_reserve(const AttentionShape& s);
+
 }  // namespace tformer

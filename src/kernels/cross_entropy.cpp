@@ -9,6 +9,7 @@
 #include "core/scratch.h"
 
 #include "core/error.h"
+#include "core/threads.h"
 
 #include <algorithm>
 #include <cmath>
@@ -26,7 +27,8 @@ void check_targets(const char* what, const TokenId* targets, int64_t rows, int64
   for (int64_t r = 0; r < rows; ++r) {
     const TokenId t = targets[r];
     if (t == ignore_index) continue;
-    if (t < 0 || t >= vocab) fail("{}: target {} in row {} is outside [0, {})", what, t, r, vocab);
+    if (t < 0 || t >= vocab)
+      fail_input(fmt::format("row {}", r), "{}: target {} in row {} is outside [0, {})", what, t, r, vocab);
   }
 }
 
@@ -61,14 +63,13 @@ CrossEntropyResult cross_entropy_forward(T* row_loss, const T* logits, const Tok
                                          int64_t vocab, TokenId ignore_index) {
   check_targets("cross_entropy_forward", targets, rows, vocab, ignore_index);
   ScratchBuffer<double> losses(0, static_cast<size_t>(rows));  // [rows], reused: no allocation per step
-#pragma omp parallel for schedule(static) if (rows * vocab > kParallelElements)
-  for (int64_t r = 0; r < rows; ++r) {
-    if (targets[r] == ignore_index) continue;
+  parallel_for(rows, rows * vocab > kParallelElements, [&](int64_t r) {
+    if (targets[r] == ignore_index) return;
     const T* x = logits + r * vocab;
     double m, lse;
     row_lse(x, vocab, m, lse);
     losses[r] = lse - static_cast<double>(x[targets[r]]);  // -log softmax(x)[target]
-  }
+  });
   CrossEntropyResult result;
   double total = 0;
   for (int64_t r = 0; r < rows; ++r) {
@@ -90,20 +91,19 @@ void cross_entropy_backward(T* dlogits, const T* logits, const TokenId* targets,
   check_targets("cross_entropy_backward", targets, rows, vocab, ignore_index);
   if (count <= 0) return;
   const double scale = static_cast<double>(dloss) / static_cast<double>(count);
-#pragma omp parallel for schedule(static) if (rows * vocab > kParallelElements)
-  for (int64_t r = 0; r < rows; ++r) {
-    if (targets[r] == ignore_index) continue;
+  parallel_for(rows, rows * vocab > kParallelElements, [&](int64_t r) {
+    if (targets[r] == ignore_index) return;
     const T* x = logits + r * vocab;
     T* dx = dlogits + r * vocab;
     double m, lse;
     row_lse(x, vocab, m, lse);
-    if (lse == -std::numeric_limits<double>::infinity()) continue;  // no finite logit: no defined gradient
+    if (lse == -std::numeric_limits<double>::infinity()) return;  // no finite logit: no defined gradient
     for (int64_t j = 0; j < vocab; ++j) {
       const double p = std::exp(static_cast<double>(x[j]) - lse);
       const double onehot = j == targets[r] ? 1.0 : 0.0;
       dx[j] = static_cast<T>(static_cast<double>(dx[j]) + scale * (p - onehot));
     }
-  }
+  });
 }
 
 template CrossEntropyResult cross_entropy_forward<float>(float*, const float*, const TokenId*, int64_t, int64_t,

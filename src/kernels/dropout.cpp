@@ -1,6 +1,7 @@
 #include "kernels/dropout.h"
 
 #include "core/rng.h"
+#include "core/threads.h"
 
 namespace tformer {
 
@@ -13,9 +14,9 @@ template <typename T>
 void dropout_apply(T* x, int64_t n, const DropoutMask& mask) {
   if (!mask.active()) return;
   const T scale = static_cast<T>(mask.scale);
-#pragma omp parallel for schedule(static) if (n >= (1 << 15))
-  for (int64_t i = 0; i < n; ++i)
+  parallel_for(n, n >= (1 << 15), [&](int64_t i) {
     x[i] = dropout_kept(mask.key, static_cast<uint64_t>(i), mask.threshold) ? x[i] * scale : T(0);
+  });
 }
 
 template void dropout_apply<float>(float*, int64_t, const DropoutMask&);

@@ -5,27 +5,26 @@
 
 #include <cstdint>
 
+#include "core/threads.h"
+
 namespace tformer {
 
 inline constexpr int64_t kElementwiseParallelMin = int64_t(1) << 15;
 
 template <typename T>
 void zero(T* x, int64_t n) {
-#pragma omp parallel for schedule(static) if (n >= kElementwiseParallelMin)
-  for (int64_t i = 0; i < n; ++i) x[i] = T(0);
+  parallel_for(n, n >= kElementwiseParallelMin, [&](int64_t i) { x[i] = T(0); });
 }
 
 template <typename T>
 void copy(T* y, const T* x, int64_t n) {
-#pragma omp parallel for schedule(static) if (n >= kElementwiseParallelMin)
-  for (int64_t i = 0; i < n; ++i) y[i] = x[i];
+  parallel_for(n, n >= kElementwiseParallelMin, [&](int64_t i) { y[i] = x[i]; });
 }
 
 // y = a + b; y may alias a or b.
 template <typename T>
 void add(T* y, const T* a, const T* b, int64_t n) {
-#pragma omp parallel for schedule(static) if (n >= kElementwiseParallelMin)
-  for (int64_t i = 0; i < n; ++i) y[i] = a[i] + b[i];
+  parallel_for(n, n >= kElementwiseParallelMin, [&](int64_t i) { y[i] = a[i] + b[i]; });
 }
 
 }  // namespace tformer

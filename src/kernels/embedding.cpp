@@ -2,6 +2,7 @@
 #include "kernels/embedding.h"
 
 #include "core/error.h"
+#include "core/threads.h"
 
 #include <algorithm>
 
@@ -16,7 +17,8 @@ constexpr int64_t kColumnBlock = 64;
 // id leaves the outputs untouched.
 void check_ids(const char* what, const TokenId* ids, int64_t n, int64_t vocab) {
   for (int64_t i = 0; i < n; ++i)
-    if (ids[i] < 0 || ids[i] >= vocab) fail("{}: id {} at position {} is outside [0, {})", what, ids[i], i, vocab);
+    if (ids[i] < 0 || ids[i] >= vocab)
+      fail_input(fmt::format("position {}", i), "{}: id {} at position {} is outside [0, {})", what, ids[i], i, vocab);
 }
 
 }  // namespace
@@ -24,8 +26,8 @@ void check_ids(const char* what, const TokenId* ids, int64_t n, int64_t vocab) {
 template <typename T>
 void embedding_forward(T* out, const TokenId* ids, const T* table, int64_t n, int64_t vocab, int64_t d) {
   check_ids("embedding_forward", ids, n, vocab);
-#pragma omp parallel for schedule(static) if (n * d > kParallelElements)
-  for (int64_t i = 0; i < n; ++i) std::copy_n(table + int64_t(ids[i]) * d, d, out + i * d);
+  parallel_for(n, n * d > kParallelElements,
+               [&](int64_t i) { std::copy_n(table + int64_t(ids[i]) * d, d, out + i * d); });
 }
 
 // Forward: out[i, :] = table[ids[i], :].
@@ -36,15 +38,14 @@ template <typename T>
 void embedding_backward(T* dtable, const T* dout, const TokenId* ids, int64_t n, int64_t vocab, int64_t d) {
   check_ids("embedding_backward", ids, n, vocab);
   const int64_t blocks = (d + kColumnBlock - 1) / kColumnBlock;
-#pragma omp parallel for schedule(static) if (n * d > kParallelElements)
-  for (int64_t blk = 0; blk < blocks; ++blk) {
+  parallel_for(blocks, n * d > kParallelElements, [&](int64_t blk) {
     const int64_t j0 = blk * kColumnBlock, j1 = std::min(d, j0 + kColumnBlock);
     for (int64_t i = 0; i < n; ++i) {
       T* row = dtable + int64_t(ids[i]) * d;
       const T* g = dout + i * d;
       for (int64_t j = j0; j < j1; ++j) row[j] += g[j];
     }
-  }
+  });
 }
 
 template void embedding_forward<float>(float*, const TokenId*, const float*, int64_t, int64_t, int64_t);

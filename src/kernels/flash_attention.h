@@ -48,4 +48,11 @@ void flash_attention_backward(HeadsView<T> dq, HeadsView<T> dk, HeadsView<T> dv,
 // takes the general path, whose tiles this does not count for n_q = 1).
 int64_t flash_attention_workspace_bytes(const AttentionShape& s, int64_t elem_size, int threads, bool backward);
 
+// Grows the scratch that the forward takes for itself to what a one-row (decode) call of shape s
+// needs (its partial states scale with n_kv), so that later decode calls with at most s.batch
+// sequences and s.n_kv keys allocate nothing. The other buffers have fixed sizes and grow on the
+// first call.
+template <typename T>
+void flash_attention_reserve(const AttentionShape& s);
+
 }  // namespace tformer

@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/scratch.h"
+#include "core/threads.h"
 #include "kernels/flash_attention.h"
 #include "kernels/flash_attention_tiles.h"
 
@@ -68,13 +69,12 @@ template <typename T>
 void row_stats(const Ctx& c, T* lse_use, T* D, const T* lse, HeadsView<const T> dout, HeadsView<const T> out) {
   const AttentionShape& s = c.s;
   const int64_t H = s.n_heads, n = s.batch * H * s.n_q;
-#pragma omp parallel for schedule(static) if (enough_work(s))
-  for (int64_t x = 0; x < n; ++x) {
+  parallel_for(n, enough_work(s), [&](int64_t x) {
     const int64_t b = x / (H * s.n_q), h = (x / s.n_q) % H, i = x % s.n_q;
     const T l = lse[x];
     lse_use[x] = l == -kInf<T> ? kInf<T> : l;
     D[x] = l == -kInf<T> ? T(0) : dot(dout.at(b, i, h), out.at(b, i, h), c.hd);
-  }
+  });
 }
 
 // The rows [i0, i0 + rows) of head h's stats into lse_p[rows_p], D_p[rows_p]; padded rows get +inf
@@ -99,20 +99,18 @@ void backward_dkdv(const Ctx& c, HeadsView<T> dk, HeadsView<T> dv, HeadsView<con
   const int64_t nqb = (s.n_q + kBr - 1) / kBr, nkb = (s.n_kv + kBc - 1) / kBc;
   const int64_t n_tasks = s.batch * G * nkb;
 
-#pragma omp parallel if (enough_work(s))
-  {
+  parallel_region(enough_work(s), [&] {
     using U = typename ScratchBuffer<T>::Unfilled;  // every tile below is written before it is read
     ScratchBuffer<T> KT(0, hd * kBc, U{}), VT(1, hd * kBc, U{}), bias(2, kBc, U{}), Qs(3, kBr * hdp, U{}),
         dOs(4, kBr * hdp, U{}), lse_p(5, kBr, U{}), D(6, kBr, U{}), S(7, kBr * kBc, U{}), dP(8, kBr * kBc, U{}),
         dKa(9, kBc * hdp, U{}), dVa(10, kBc * hdp, U{}), F(11, c.drop.active() ? kBr * kBc : 0, U{});
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t task = 0; task < n_tasks; ++task) {
+    for_dynamic(n_tasks, [&](int64_t task) {
       const int64_t b = task / (G * nkb), g = (task / nkb) % G, kb = task % nkb;
       const Seq sq = c.seq(b);
       const int64_t kend = c.key_end(sq, s.n_q), j0 = kb * kBc;
-      if (j0 >= kend) continue;
+      if (j0 >= kend) return;
       const int64_t jn = std::min(kBc, kend - j0), cols_p = round_up(jn, kC);
-      if (key_bias(bias.data(), sq, j0, jn, cols_p) == 0) continue;
+      if (key_bias(bias.data(), sq, j0, jn, cols_p) == 0) return;
       pack_cols<T>(KT.data(), kBc, k, b, g, j0, jn, cols_p, hd, scale, bias.data());  // the scale on K here
       pack_cols<T>(VT.data(), kBc, v, b, g, j0, jn, cols_p, hd, T(1), bias.data());
       zero(dKa.data(), cols_p * hdp);
@@ -164,8 +162,8 @@ void backward_dkdv(const Ctx& c, HeadsView<T> dk, HeadsView<T> dv, HeadsView<con
           dvj[e] += bb[e];
         }
       }
-    }
-  }
+    });
+  });
 }
 
 // Pass 2: dQ per query block. Transposed tiles S^T = K (Q scale)^T and dP^T = V dO^T against Q^T
@@ -179,14 +177,12 @@ void backward_dq(const Ctx& c, HeadsView<T> dq, HeadsView<const T> dout, const T
   const int64_t nqb = (s.n_q + kBr - 1) / kBr;
   const int64_t n_tasks = s.batch * H * nqb;
 
-#pragma omp parallel if (enough_work(s))
-  {
+  parallel_region(enough_work(s), [&] {
     using U = typename ScratchBuffer<T>::Unfilled;  // every tile below is written before it is read
     ScratchBuffer<T> QT(0, hd * kBr, U{}), dOT(1, hd * kBr, U{}), lse_p(2, kBr, U{}), D(3, kBr, U{}),
         Ks(4, kBc * hdp, U{}), Vs(5, kBc * hdp, U{}), ST(6, kBc * kBr, U{}), dPT(7, kBc * kBr, U{}),
         dQa(8, kBr * hdp, U{}), bias(9, kBc, U{}), zeros(10, kBr, T(0));
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t task = 0; task < n_tasks; ++task) {
+    for_dynamic(n_tasks, [&](int64_t task) {
       const int64_t b = task / (H * nqb), h = (task / nqb) % H, qb = nqb - 1 - task % nqb;
       const int64_t g = h / c.group;
       const Seq sq = c.seq(b);
@@ -195,7 +191,7 @@ void backward_dq(const Ctx& c, HeadsView<T> dq, HeadsView<const T> dout, const T
       block_stats<T>(lse_p.data(), D.data(), lse_use, Dall, (b * H + h) * s.n_q + i0, rows, rows_p);
       bool any_row = false;
       for (int64_t r = 0; r < rows; ++r) any_row |= lse_p[r] != kInf<T>;
-      if (!any_row) continue;  // every row masked: zero gradient
+      if (!any_row) return;  // every row masked: zero gradient
       pack_cols<T>(QT.data(), kBr, q, b, h, i0, rows, rows_p, hd, scale);
       pack_cols<T>(dOT.data(), kBr, dout, b, h, i0, rows, rows_p, hd, T(1));
       zero(dQa.data(), rows_p * hdp);
@@ -229,8 +225,8 @@ void backward_dq(const Ctx& c, HeadsView<T> dq, HeadsView<const T> dout, const T
         const T* a = dQa.data() + r * hdp;
         for (int64_t e = 0; e < hd; ++e) dst[e] += scale * a[e];
       }
-    }
-  }
+    });
+  });
 }
 
 }  // namespace

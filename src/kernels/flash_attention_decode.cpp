@@ -11,6 +11,7 @@
 #include <limits>
 
 #include "core/scratch.h"
+#include "core/threads.h"
 #include "kernels/flash_attention_tiles.h"
 
 namespace tformer::flash {
@@ -26,11 +27,9 @@ void forward_decode(const Ctx& c, HeadsView<T> out, T* lse, HeadsView<const T> q
   ScratchBuffer<T> pm(0, static_cast<size_t>(s.batch * H * n_chunks)), pl(1, pm.size()), pacc(2, pm.size() * hd);
   const bool parallel = s.batch * H * s.n_kv * hd >= (int64_t(1) << 15);
 
-#pragma omp parallel if (parallel)
-  {
+  parallel_region(parallel, [&] {
     ScratchBuffer<T> qs(3, group * hd), sc(4, group * kDecodeChunk), acc(5, group * hd);  // 0-2: above
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t task = 0; task < s.batch * G * n_chunks; ++task) {
+    for_dynamic(s.batch * G * n_chunks, [&](int64_t task) {
       const int64_t b = task / (G * n_chunks), g = (task / n_chunks) % G, ch = task % n_chunks;
       const Seq sq = c.seq(b);
       const int64_t kend = c.key_end(sq, 1);
@@ -41,7 +40,7 @@ void forward_decode(const Ctx& c, HeadsView<T> out, T* lse, HeadsView<const T> q
           pm[slot(hh)] = -kInf<T>;
           pl[slot(hh)] = T(0);
         }
-        continue;
+        return;
       }
       for (int64_t hh = 0; hh < group; ++hh) {
         const T* src = q.at(b, 0, g * group + hh);
@@ -89,11 +88,10 @@ void forward_decode(const Ctx& c, HeadsView<T> out, T* lse, HeadsView<const T> q
       }
       for (int64_t hh = 0; hh < group; ++hh)
         std::copy(acc.begin() + hh * hd, acc.begin() + (hh + 1) * hd, pacc.begin() + slot(hh) * hd);
-    }
+    });
 
     // Merge the chunks of each (b, h) in chunk order.
-#pragma omp for schedule(static)
-    for (int64_t bh = 0; bh < s.batch * H; ++bh) {
+    for_static(s.batch * H, [&](int64_t bh) {
       const int64_t b = bh / H, h = bh % H;
       const T* m_ = pm.data() + bh * n_chunks;
       const T* l_ = pl.data() + bh * n_chunks;
@@ -119,9 +117,28 @@ void forward_decode(const Ctx& c, HeadsView<T> out, T* lse, HeadsView<const T> q
         for (int64_t e = 0; e < hd; ++e) dst[e] = T(0);
       }
       if (lse) lse[bh] = keys ? M + std::log(L) : -kInf<T>;
-    }
-  }
+    });
+  });
 }
+
+}  // namespace tformer::flash
+
+namespace tformer {
+
+template <typename T>
+void flash_attention_reserve(const AttentionShape& s) {
+  const int64_t n_chunks = (s.n_kv + flash::kDecodeChunk - 1) / flash::kDecodeChunk;
+  const auto n = static_cast<size_t>(s.batch * s.n_heads * n_chunks);
+  using U = typename ScratchBuffer<T>::Unfilled;
+  // The calling thread's slots 0-2, as forward_decode takes them.
+  const ScratchBuffer<T> pm(0, n, U{}), pl(1, n, U{}), pacc(2, n * static_cast<size_t>(s.head_dim), U{});
+}
+template void flash_attention_reserve<float>(const AttentionShape&);
+template void flash_attention_reserve<double>(const AttentionShape&);
+
+}  // namespace tformer
+
+namespace tformer::flash {
 
 template void forward_decode<float>(const Ctx&, HeadsView<float>, float*, HeadsView<const float>,
                                     HeadsView<const float>, HeadsView<const float>);

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "core/scratch.h"
+#include "core/threads.h"
 #include "kernels/flash_attention.h"
 #include "kernels/flash_attention_tiles.h"
 
@@ -105,13 +106,11 @@ void forward_tiled(const Ctx& c, HeadsView<T> out, T* lse, HeadsView<const T> q,
   const int64_t nqb = (s.n_q + kBr - 1) / kBr;
   const int64_t n_tasks = s.batch * H * nqb;
 
-#pragma omp parallel if (enough_work(s))
-  {
+  parallel_region(enough_work(s), [&] {
     using U = typename ScratchBuffer<T>::Unfilled;  // every tile below is written before it is read
     ScratchBuffer<T> QT(0, hd * kBr, U{}), Ks(1, kBc * hdp, U{}), Vs(2, kBc * hdp, U{}), ST(3, kBc * kBr, U{}),
         O(4, kBr * hdp, U{}), mrow(5, kBr, U{}), lrow(6, kBr, U{}), bias(7, kBc, U{}), alpha(8, kBr, U{});
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t task = 0; task < n_tasks; ++task) {
+    for_dynamic(n_tasks, [&](int64_t task) {
       const int64_t b = task / (H * nqb), h = (task / nqb) % H;
       const int64_t qb = nqb - 1 - task % nqb;  // the causal mask makes later blocks heavier: start them first
       const int64_t g = h / c.group;
@@ -162,8 +161,8 @@ void forward_tiled(const Ctx& c, HeadsView<T> out, T* lse, HeadsView<const T> q,
         }
         if (lse) lse[(b * H + h) * s.n_q + i0 + r] = keys ? mrow[r] + std::log(l) : -kInf<T>;
       }
-    }
-  }
+    });
+  });
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "kernels/matmul.h"
 
+#include "core/threads.h"
 #include "kernels/sgemm_avx512.h"
 
 #include <cblas.h>
@@ -29,7 +30,7 @@ SgemmChoice sgemm_choice() {
     if (v.empty() || v == "auto") return SgemmChoice::Auto;
     if (v == "openblas") return SgemmChoice::OpenBlas;
     if (v == "own") return SgemmChoice::Own;
-    fail("TFORMER_SGEMM={}: expected auto, openblas or own", v);
+    fail_input("TFORMER_SGEMM", "TFORMER_SGEMM={}: expected auto, openblas or own", v);
   }();
   return choice;
 }
@@ -139,9 +140,9 @@ void matmul(TensorView<T> C, TensorView<const T> A, TensorView<const T> B, bool 
 template <typename T>
 void linear_forward(T* y, const T* x, const T* W, const T* b, int64_t n, int64_t in, int64_t out) {
   if (b) {
-#pragma omp parallel for schedule(static) if (n * out >= (1 << 16))
-    for (int64_t r = 0; r < n; ++r)
+    parallel_for(n, n * out >= (1 << 16), [&](int64_t r) {
       for (int64_t o = 0; o < out; ++o) y[r * out + o] = b[o];
+    });
   }
   // y[n, out] (+)= x[n, in] W[out, in]^T; one row (decode) is a matrix-vector product.
   if (n == 1) {
@@ -154,8 +155,7 @@ void linear_forward(T* y, const T* x, const T* W, const T* b, int64_t n, int64_t
     // matrix first, moving it through memory twice more than the product needs. Each y element
     // is written by one thread, in a fixed order.
     const int64_t blocks = (out + 3) / 4;
-#pragma omp parallel for schedule(static) if (out * in > 65536)
-    for (int64_t blk = 0; blk < blocks; ++blk) {
+    parallel_for(blocks, out * in > 65536, [&](int64_t blk) {
       const int64_t o0 = blk * 4;
       const int64_t m = std::min<int64_t>(4, out - o0);
       const T* w0 = W + o0 * in;
@@ -271,7 +271,7 @@ void linear_forward(T* y, const T* x, const T* W, const T* b, int64_t n, int64_t
         const T acc[4] = {a0, a1, a2, a3};
         store(r, acc);
       }
-    }
+    });
     return;
   }
   gemm<T>(y, out, x, in, false, W, in, true, n, out, in, T(1), b ? T(1) : T(0));
@@ -289,12 +289,11 @@ void linear_backward(T* dx, T* dW, T* db, const T* dy, const T* x, const T* W, i
     // the result does not depend on the thread count.
     constexpr int64_t kCols = 64;
     const int64_t blocks = (out + kCols - 1) / kCols;
-#pragma omp parallel for schedule(static) if (n * out >= (1 << 16))
-    for (int64_t blk = 0; blk < blocks; ++blk) {
+    parallel_for(blocks, n * out >= (1 << 16), [&](int64_t blk) {
       const int64_t o0 = blk * kCols, o1 = std::min(out, o0 + kCols);
       for (int64_t r = 0; r < n; ++r)
         for (int64_t o = o0; o < o1; ++o) db[o] += dy[r * out + o];
-    }
+    });
   }
 }
 

@@ -10,8 +10,8 @@
 //
 // Which sgemm runs (gemm<float>; double always goes to OpenBLAS's dgemm):
 //   - our AVX-512 kernel when the build has AVX-512 and M >= 8, N >= 32, K >= 16: there it
-//     measured 1.1x to 6x OpenBLAS on this machine (about 1.6-2.7x on the training shapes at 2
-//     threads), because OPENBLAS_CORETYPE=Haswell holds OpenBLAS to its AVX2 kernel;
+//     measured 1.1x to 6x OpenBLAS in bench_gemm on 2 cores (about 1.6-2.7x on the training shapes
+//     at 2 threads), because OPENBLAS_CORETYPE=Haswell holds OpenBLAS to its AVX2 kernel;
 //   - OpenBLAS's cblas_sgemm otherwise (thin products, where a 14 x 32 register tile is mostly
 //     padding, and builds without AVX-512).
 // The environment variable TFORMER_SGEMM, read once at the first call, overrides the rule for

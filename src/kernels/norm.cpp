@@ -5,6 +5,7 @@
 // across threads by COLUMN blocks, each column summed over the rows in order 0..rows-1 by one thread,
 // so every result is independent of the thread count. A null gain is treated as all ones.
 #include "kernels/norm.h"
+#include "core/threads.h"
 
 #include <algorithm>
 #include <cmath>
@@ -28,8 +29,7 @@ template <typename T>
 void layernorm_forward(T* y, T* mean, T* rstd, const T* x, const T* gain, const T* bias, int64_t rows, int64_t cols,
                        T eps) {
   const double n = static_cast<double>(cols);
-#pragma omp parallel for schedule(static) if (rows * cols > kParallelElements)
-  for (int64_t r = 0; r < rows; ++r) {
+  parallel_for(rows, rows * cols > kParallelElements, [&](int64_t r) {
     const T* xr = x + r * cols;
     T* yr = y + r * cols;
     double mu = 0;
@@ -48,7 +48,7 @@ void layernorm_forward(T* y, T* mean, T* rstd, const T* x, const T* gain, const 
       const double v = (static_cast<double>(xr[j]) - mu) * rs * gain_at(gain, j);
       yr[j] = static_cast<T>(bias ? v + static_cast<double>(bias[j]) : v);
     }
-  }
+  });
 }
 
 // Forward: y_i = xhat_i * g_i + b_i, xhat_i = (x_i - mu) * rstd, mu = mean(x),
@@ -63,8 +63,7 @@ void layernorm_backward(T* dx, T* dgain, T* dbias, const T* dy, const T* x, cons
   const double n = static_cast<double>(cols);
   const bool parallel = rows * cols > kParallelElements;
   if (dx) {
-#pragma omp parallel for schedule(static) if (parallel)
-    for (int64_t r = 0; r < rows; ++r) {
+    parallel_for(rows, parallel, [&](int64_t r) {
       const T* xr = x + r * cols;
       const T* dyr = dy + r * cols;
       T* dxr = dx + r * cols;
@@ -81,12 +80,11 @@ void layernorm_backward(T* dx, T* dgain, T* dbias, const T* dy, const T* x, cons
         const double xhat = (static_cast<double>(xr[j]) - mu) * rs;
         dxr[j] = static_cast<T>(static_cast<double>(dxr[j]) + rs * (gy - mean_gy - xhat * mean_gy_xhat));
       }
-    }
+    });
   }
   if (dgain || dbias) {
     const int64_t blocks = (cols + kColumnBlock - 1) / kColumnBlock;
-#pragma omp parallel for schedule(static) if (parallel)
-    for (int64_t blk = 0; blk < blocks; ++blk) {
+    parallel_for(blocks, parallel, [&](int64_t blk) {
       const int64_t j0 = blk * kColumnBlock, j1 = std::min(cols, j0 + kColumnBlock);
       double sg[kColumnBlock] = {}, sb[kColumnBlock] = {};
       for (int64_t r = 0; r < rows; ++r) {  // fixed row order for every column
@@ -103,15 +101,14 @@ void layernorm_backward(T* dx, T* dgain, T* dbias, const T* dy, const T* x, cons
         if (dgain) dgain[j] = static_cast<T>(static_cast<double>(dgain[j]) + sg[j - j0]);
         if (dbias) dbias[j] = static_cast<T>(static_cast<double>(dbias[j]) + sb[j - j0]);
       }
-    }
+    });
   }
 }
 
 template <typename T>
 void rmsnorm_forward(T* y, T* rstd, const T* x, const T* gain, int64_t rows, int64_t cols, T eps) {
   const double n = static_cast<double>(cols);
-#pragma omp parallel for schedule(static) if (rows * cols > kParallelElements)
-  for (int64_t r = 0; r < rows; ++r) {
+  parallel_for(rows, rows * cols > kParallelElements, [&](int64_t r) {
     const T* xr = x + r * cols;
     T* yr = y + r * cols;
     double ms = 0;
@@ -120,7 +117,7 @@ void rmsnorm_forward(T* y, T* rstd, const T* x, const T* gain, int64_t rows, int
     const double rs = 1.0 / std::sqrt(ms + static_cast<double>(eps));
     if (rstd) rstd[r] = static_cast<T>(rs);
     for (int64_t j = 0; j < cols; ++j) yr[j] = static_cast<T>(static_cast<double>(xr[j]) * rs * gain_at(gain, j));
-  }
+  });
 }
 
 // Forward: y_i = x_i * rstd * g_i, rstd = (mean(x^2) + eps)^(-1/2) (mean over n = cols features).
@@ -133,8 +130,7 @@ void rmsnorm_backward(T* dx, T* dgain, const T* dy, const T* x, const T* rstd, c
   const double n = static_cast<double>(cols);
   const bool parallel = rows * cols > kParallelElements;
   if (dx) {
-#pragma omp parallel for schedule(static) if (parallel)
-    for (int64_t r = 0; r < rows; ++r) {
+    parallel_for(rows, parallel, [&](int64_t r) {
       const T* xr = x + r * cols;
       const T* dyr = dy + r * cols;
       T* dxr = dx + r * cols;
@@ -147,12 +143,11 @@ void rmsnorm_backward(T* dx, T* dgain, const T* dy, const T* x, const T* rstd, c
         const double gy = static_cast<double>(dyr[j]) * gain_at(gain, j);
         dxr[j] = static_cast<T>(static_cast<double>(dxr[j]) + rs * gy - c * static_cast<double>(xr[j]));
       }
-    }
+    });
   }
   if (dgain) {
     const int64_t blocks = (cols + kColumnBlock - 1) / kColumnBlock;
-#pragma omp parallel for schedule(static) if (parallel)
-    for (int64_t blk = 0; blk < blocks; ++blk) {
+    parallel_for(blocks, parallel, [&](int64_t blk) {
       const int64_t j0 = blk * kColumnBlock, j1 = std::min(cols, j0 + kColumnBlock);
       double sg[kColumnBlock] = {};
       for (int64_t r = 0; r < rows; ++r) {  // fixed row order for every column
@@ -162,7 +157,7 @@ void rmsnorm_backward(T* dx, T* dgain, const T* dy, const T* x, const T* rstd, c
         for (int64_t j = j0; j < j1; ++j) sg[j - j0] += static_cast<double>(dyr[j]) * static_cast<double>(xr[j]) * rs;
       }
       for (int64_t j = j0; j < j1; ++j) dgain[j] = static_cast<T>(static_cast<double>(dgain[j]) + sg[j - j0]);
-    }
+    });
   }
 }
 

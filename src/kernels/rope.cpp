@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/threads.h"
 
 namespace tformer {
 
@@ -42,8 +43,7 @@ void rotate(T* x, const int64_t* positions, int64_t n_tokens, int64_t n_heads, i
 
   // Threads only when there is enough work to pay for waking them (a one-token decode step is not).
   const bool parallel = n_tokens * n_heads * half >= (int64_t(1) << 14);
-#pragma omp parallel for schedule(static) if (parallel)
-  for (int64_t t = 0; t < n_tokens; ++t) {
+  parallel_for(n_tokens, parallel, [&](int64_t t) {
     const double pos = static_cast<double>(positions[t]);
     for (int64_t i = 0; i < half; ++i) {
       const double angle = sign * pos * theta[i];
@@ -57,7 +57,7 @@ void rotate(T* x, const int64_t* positions, int64_t n_tokens, int64_t n_heads, i
         head[b] = static_cast<T>(xa * s + xb * c);
       }
     }
-  }
+  });
 }
 
 }  // namespace

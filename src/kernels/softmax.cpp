@@ -4,6 +4,7 @@
 // float and double inputs. Each row is computed by exactly one thread, so results do not depend on
 // the thread count.
 #include "kernels/softmax.h"
+#include "core/threads.h"
 
 #include <cmath>
 #include <limits>
@@ -40,19 +41,18 @@ double sum_exp(const T* x, int64_t cols, double m) {
 
 template <typename T>
 void softmax_forward(T* y, const T* x, int64_t rows, int64_t cols) {
-#pragma omp parallel for schedule(static) if (rows * cols > kParallelElements)
-  for (int64_t r = 0; r < rows; ++r) {
+  parallel_for(rows, rows * cols > kParallelElements, [&](int64_t r) {
     const T* xr = x + r * cols;
     T* yr = y + r * cols;
     const double m = allowed_max(xr, cols);
     if (m == kNegInf) {  // no allowed entry: the documented all-zero policy
       for (int64_t j = 0; j < cols; ++j) yr[j] = T(0);
-      continue;
+      return;
     }
     const double inv = 1.0 / sum_exp(xr, cols, m);  // sum >= 1 (the maximum contributes exp(0))
     // Each x_j is read before y_j is written, so y may alias x.
     for (int64_t j = 0; j < cols; ++j) yr[j] = static_cast<T>(std::exp(static_cast<double>(xr[j]) - m) * inv);
-  }
+  });
 }
 
 // Forward: y_i = exp(x_i) / sum_k exp(x_k).
@@ -60,8 +60,7 @@ void softmax_forward(T* y, const T* x, int64_t rows, int64_t cols) {
 // Masked entries have y = 0 and receive 0; an all-masked row (all y = 0) receives 0.
 template <typename T>
 void softmax_backward(T* dx, const T* dy, const T* y, int64_t rows, int64_t cols) {
-#pragma omp parallel for schedule(static) if (rows * cols > kParallelElements)
-  for (int64_t r = 0; r < rows; ++r) {
+  parallel_for(rows, rows * cols > kParallelElements, [&](int64_t r) {
     const T* dyr = dy + r * cols;
     const T* yr = y + r * cols;
     T* dxr = dx + r * cols;
@@ -72,24 +71,23 @@ void softmax_backward(T* dx, const T* dy, const T* y, int64_t rows, int64_t cols
       if (yj == 0) continue;  // masked (or underflowed): exactly zero contribution, never 0 * inf
       dxr[j] = static_cast<T>(static_cast<double>(dxr[j]) + yj * (static_cast<double>(dyr[j]) - dot));
     }
-  }
+  });
 }
 
 template <typename T>
 void log_softmax_forward(T* y, const T* x, int64_t rows, int64_t cols) {
-#pragma omp parallel for schedule(static) if (rows * cols > kParallelElements)
-  for (int64_t r = 0; r < rows; ++r) {
+  parallel_for(rows, rows * cols > kParallelElements, [&](int64_t r) {
     const T* xr = x + r * cols;
     T* yr = y + r * cols;
     const double m = allowed_max(xr, cols);
     if (m == kNegInf) {  // no allowed entry: log-probability -inf everywhere
       for (int64_t j = 0; j < cols; ++j) yr[j] = static_cast<T>(kNegInf);
-      continue;
+      return;
     }
     const double shift = m + std::log(sum_exp(xr, cols, m));  // log-sum-exp of the row
     // Masked entries: -inf - shift = -inf.
     for (int64_t j = 0; j < cols; ++j) yr[j] = static_cast<T>(static_cast<double>(xr[j]) - shift);
-  }
+  });
 }
 
 // Forward: y_i = x_i - log sum_k exp(x_k), over the allowed entries k.
@@ -98,8 +96,7 @@ void log_softmax_forward(T* y, const T* x, int64_t rows, int64_t cols) {
 // x_j (y_j = -inf) receives 0; an all-masked row receives 0.
 template <typename T>
 void log_softmax_backward(T* dx, const T* dy, const T* y, int64_t rows, int64_t cols) {
-#pragma omp parallel for schedule(static) if (rows * cols > kParallelElements)
-  for (int64_t r = 0; r < rows; ++r) {
+  parallel_for(rows, rows * cols > kParallelElements, [&](int64_t r) {
     const T* dyr = dy + r * cols;
     const T* yr = y + r * cols;
     T* dxr = dx + r * cols;
@@ -111,7 +108,7 @@ void log_softmax_backward(T* dx, const T* dy, const T* y, int64_t rows, int64_t 
       if (yj == kNegInf) continue;
       dxr[j] = static_cast<T>(static_cast<double>(dxr[j]) + static_cast<double>(dyr[j]) - std::exp(yj) * sum_dy);
     }
-  }
+  });
 }
 
 template void softmax_forward<float>(float*, const float*, int64_t, int64_t);

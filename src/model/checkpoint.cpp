@@ -16,7 +16,7 @@ std::unique_ptr<Tokenizer> tokenizer_from_metadata(const std::string& path, cons
   try {
     return tokenizer_from_json(nlohmann::json::parse(text));
   } catch (const nlohmann::json::parse_error& e) {
-    fail("{}: __metadata__ \"tokenizer\" is not valid JSON: {}", path, e.what());
+    fail_file("tokenizer", "{}: __metadata__ \"tokenizer\" is not valid JSON: {}", path, e.what());
   }
 }
 }  // namespace
@@ -25,7 +25,7 @@ std::unique_ptr<Tokenizer> load_model_tokenizer(const std::string& path) {
   const SafetensorsFile file = SafetensorsFile::open(path);
   auto it = file.metadata().find("tokenizer");
   if (it == file.metadata().end())
-    fail("{}: the model file carries no tokenizer (no \"tokenizer\" in __metadata__)", path);
+    fail_file("tokenizer", "{}: the model file carries no tokenizer (no \"tokenizer\" in __metadata__)", path);
   return tokenizer_from_metadata(path, it->second);
 }
 
@@ -38,12 +38,13 @@ LoadedModel load_model(const std::string& path) {
   const SafetensorsFile file = SafetensorsFile::open(path);
   const auto& meta = file.metadata();
   auto it = meta.find("config");
-  if (it == meta.end()) fail("{}: no \"config\" in the header's __metadata__; not a tformer model file", path);
+  if (it == meta.end())
+    fail_file("config", "{}: no \"config\" in the header's __metadata__; not a tformer model file", path);
   nlohmann::json config_json;
   try {
     config_json = nlohmann::json::parse(it->second);
   } catch (const nlohmann::json::parse_error& e) {
-    fail("{}: __metadata__ \"config\" is not valid JSON: {}", path, e.what());
+    fail_file("config", "{}: __metadata__ \"config\" is not valid JSON: {}", path, e.what());
   }
   LoadedModel out;
   out.model = std::make_unique<Model>(ModelConfig::from_json(config_json, path + ": __metadata__ config"));
@@ -51,8 +52,8 @@ LoadedModel load_model(const std::string& path) {
   if (auto t = meta.find("tokenizer"); t != meta.end()) {
     out.tokenizer = tokenizer_from_metadata(path, t->second);
     if (out.tokenizer->vocab_size() != out.model->config().vocab_size)
-      fail("{}: the tokenizer has {} tokens but the model's vocab_size is {}", path, out.tokenizer->vocab_size(),
-           out.model->config().vocab_size);
+      fail_file("vocab_size", "{}: the tokenizer has {} tokens but the model's vocab_size is {}", path,
+                out.tokenizer->vocab_size(), out.model->config().vocab_size);
   }
   return out;
 }

@@ -24,7 +24,9 @@ std::unique_ptr<Tokenizer> load_model_tokenizer(const std::string& path);
 // byte-bpe:VOCAB, or a saved tokenizer JSON file).
 std::unique_ptr<Tokenizer> tokenizer_by_name_or_model(const std::string& name, const std::string& gpt2_dir = "");
 
-// Writes atomically (temporary file, then rename). tokenizer may be null.
+// Writes through core's atomic writer (core/file_io.h): a temporary beside `path` with a name no
+// other writer uses, flushed and fsync'd, renamed over `path`, the folder fsync'd; on any failure
+// the temporary is removed and `path` left as it was. tokenizer may be null.
 void save_model(const std::string& path, Model& model, const Tokenizer* tokenizer);
 // Validates the whole file first: metadata present and parseable, every tensor the config implies
 // present with its shape, nothing extra. Errors name the file and the tensor or key.

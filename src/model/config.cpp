@@ -1,10 +1,10 @@
 #include "model/config.h"
 
-#include <fstream>
 #include <limits>
 #include <set>
 
 #include "core/error.h"
+#include "core/file_io.h"
 
 namespace tformer {
 
@@ -41,7 +41,7 @@ namespace {
 // One enumerated key: the JSON string must be one of `names`; returns its index.
 size_t choice(const nlohmann::json& v, const std::string& source, const char* key,
               std::initializer_list<const char*> names) {
-  if (!v.is_string()) fail("{}: \"{}\" must be a string, got {}", source, key, v.dump());
+  if (!v.is_string()) fail_config(key, "{}: \"{}\" must be a string, got {}", source, key, v.dump());
   const auto s = v.get<std::string>();
   size_t i = 0;
   std::string allowed;
@@ -50,28 +50,28 @@ size_t choice(const nlohmann::json& v, const std::string& source, const char* ke
     allowed += (i ? ", \"" : "\"") + std::string(n) + "\"";
     ++i;
   }
-  fail("{}: \"{}\" is \"{}\"; expected one of {}", source, key, s, allowed);
+  fail_config(key, "{}: \"{}\" is \"{}\"; expected one of {}", source, key, s, allowed);
 }
 
 int64_t integer(const nlohmann::json& v, const std::string& source, const char* key) {
-  if (!v.is_number_integer()) fail("{}: \"{}\" must be an integer, got {}", source, key, v.dump());
+  if (!v.is_number_integer()) fail_config(key, "{}: \"{}\" must be an integer, got {}", source, key, v.dump());
   return v.get<int64_t>();
 }
 
 double number(const nlohmann::json& v, const std::string& source, const char* key) {
-  if (!v.is_number()) fail("{}: \"{}\" must be a number, got {}", source, key, v.dump());
+  if (!v.is_number()) fail_config(key, "{}: \"{}\" must be a number, got {}", source, key, v.dump());
   return v.get<double>();
 }
 
 bool boolean(const nlohmann::json& v, const std::string& source, const char* key) {
-  if (!v.is_boolean()) fail("{}: \"{}\" must be true or false, got {}", source, key, v.dump());
+  if (!v.is_boolean()) fail_config(key, "{}: \"{}\" must be true or false, got {}", source, key, v.dump());
   return v.get<bool>();
 }
 
 }  // namespace
 
 ModelConfig ModelConfig::from_json(const nlohmann::json& j, const std::string& source) {
-  if (!j.is_object()) fail("{}: the model config must be a JSON object", source);
+  if (!j.is_object()) fail_config(source, "{}: the model config must be a JSON object", source);
   ModelConfig c;
   for (const auto& [key, v] : j.items()) {
     const char* k = key.c_str();
@@ -110,19 +110,18 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const std::string& s
     else if (key == "norm_eps")
       c.norm_eps = number(v, source, k);
     else
-      fail("{}: unknown key \"{}\"", source, key);
+      fail_config(key, "{}: unknown key \"{}\"", source, key);
   }
   return c;
 }
 
 ModelConfig ModelConfig::from_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) fail("{}: cannot open the model config", path);
+  const std::string text = read_file(path);
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(in);
+    j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
-    fail("{}: not valid JSON: {}", path, e.what());
+    fail_file(path, "{}: not valid JSON: {}", path, e.what());
   }
   return from_json(j, path);
 }
@@ -153,7 +152,7 @@ void ModelConfig::validate() {
   if (n_kv_heads == 0) n_kv_heads = n_heads;
   if (d_ff == 0) d_ff = 4 * d_model;
   auto positive = [](int64_t v, const char* key) {
-    if (v <= 0) fail("model config: \"{}\" must be positive, got {}", key, v);
+    if (v <= 0) fail_config(key, "model config: \"{}\" must be positive, got {}", key, v);
   };
   positive(vocab_size, "vocab_size");
   positive(context_length, "context_length");
@@ -163,17 +162,20 @@ void ModelConfig::validate() {
   positive(n_kv_heads, "n_kv_heads");
   positive(d_ff, "d_ff");
   if (vocab_size > std::numeric_limits<int32_t>::max())
-    fail("model config: \"vocab_size\" {} exceeds the int32 token id range", vocab_size);
-  if (d_model % n_heads != 0) fail("model config: \"d_model\" {} is not divisible by \"n_heads\" {}", d_model, n_heads);
+    fail_config("vocab_size", "model config: \"vocab_size\" {} exceeds the int32 token id range", vocab_size);
+  if (d_model % n_heads != 0)
+    fail_config("d_model", "model config: \"d_model\" {} is not divisible by \"n_heads\" {}", d_model, n_heads);
   if (n_heads % n_kv_heads != 0)
-    fail("model config: \"n_heads\" {} is not divisible by \"n_kv_heads\" {}", n_heads, n_kv_heads);
+    fail_config("n_heads", "model config: \"n_heads\" {} is not divisible by \"n_kv_heads\" {}", n_heads, n_kv_heads);
   if (positions == Positions::Rope && head_dim() % 2 != 0)
-    fail("model config: \"positions\" is \"rope\" but the head width d_model/n_heads = {} is odd", head_dim());
+    fail_config("positions", "model config: \"positions\" is \"rope\" but the head width d_model/n_heads = {} is odd",
+                head_dim());
   if (positions == Positions::Sinusoidal && d_model % 2 != 0)
-    fail("model config: \"positions\" is \"sinusoidal\" but \"d_model\" {} is odd", d_model);
-  if (!(rope_base > 1.0)) fail("model config: \"rope_base\" must be > 1, got {}", rope_base);
-  if (!(dropout >= 0.0 && dropout < 1.0)) fail("model config: \"dropout\" must be in [0, 1), got {}", dropout);
-  if (!(norm_eps > 0.0)) fail("model config: \"norm_eps\" must be positive, got {}", norm_eps);
+    fail_config("positions", "model config: \"positions\" is \"sinusoidal\" but \"d_model\" {} is odd", d_model);
+  if (!(rope_base > 1.0)) fail_config("rope_base", "model config: \"rope_base\" must be > 1, got {}", rope_base);
+  if (!(dropout >= 0.0 && dropout < 1.0))
+    fail_config("dropout", "model config: \"dropout\" must be in [0, 1), got {}", dropout);
+  if (!(norm_eps > 0.0)) fail_config("norm_eps", "model config: \"norm_eps\" must be positive, got {}", norm_eps);
 }
 
 }  // namespace tformer

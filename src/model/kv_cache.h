@@ -3,8 +3,8 @@
 // uncached pass computes them. Each sequence has its own length (the number of filled slots), so a
 // query chunk knows its absolute offset: the next token of sequence b goes to slot length(b).
 //
-// Payload bytes (spec section 06): 2 x layers x batch x kv_heads x tokens x head_dim x 4, where
-// tokens is the capacity for the allocation (payload_bytes()) or the filled slots (used_bytes()).
+// Payload bytes: 2 (keys and values) x layers x batch x kv_heads x tokens x head_dim x 4 (float32),
+// where tokens is the capacity for the allocation (payload_bytes()) or the filled slots (used_bytes()).
 #pragma once
 
 #include <cstdint>

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "core/threads.h"
 #include "kernels/activation.h"
 #include "kernels/elementwise.h"
 #include "kernels/embedding.h"
@@ -19,7 +20,7 @@ namespace tformer {
 AttentionKernel parse_attention_kernel(const std::string& name) {
   if (name == "tiled") return AttentionKernel::Tiled;
   if (name == "reference") return AttentionKernel::Reference;
-  fail("--attention is \"{}\"; expected \"tiled\" or \"reference\"", name);
+  fail_input("--attention", "--attention is \"{}\"; expected \"tiled\" or \"reference\"", name);
 }
 
 // ---- activations and scratch ------------------------------------------------------------------
@@ -132,9 +133,9 @@ void embed_forward(T* x, const TokenId* ids, const int64_t* positions, int64_t r
                    : c.positions == Positions::Sinusoidal ? sinusoidal
                                                           : nullptr;
   if (!table) return;
-#pragma omp parallel for schedule(static) if (rows * d >= kElementwiseParallelMin)
-  for (int64_t r = 0; r < rows; ++r)
+  parallel_for(rows, rows * d >= kElementwiseParallelMin, [&](int64_t r) {
     for (int64_t e = 0; e < d; ++e) x[r * d + e] += table[positions[r] * d + e];
+  });
 }
 
 template <typename T>
@@ -147,14 +148,13 @@ void embed_backward(const ModelGrads<T>& g, const T* dx, const TokenId* ids, con
   // in row order.
   constexpr int64_t kColumns = 64;
   const int64_t blocks = (d + kColumns - 1) / kColumns;
-#pragma omp parallel for schedule(static) if (rows * d >= kElementwiseParallelMin)
-  for (int64_t blk = 0; blk < blocks; ++blk) {
+  parallel_for(blocks, rows * d >= kElementwiseParallelMin, [&](int64_t blk) {
     const int64_t e0 = blk * kColumns, e1 = std::min(d, e0 + kColumns);
     for (int64_t r = 0; r < rows; ++r) {
       T* row = g.pos_embeddings + positions[r] * d;
       for (int64_t e = e0; e < e1; ++e) row[e] += dx[r * d + e];
     }
-  }
+  });
 }
 
 void sinusoidal_positions(float* out, int64_t n_positions, int64_t d_model) {

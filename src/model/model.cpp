@@ -4,6 +4,8 @@
 #include <cmath>
 
 #include "core/rng.h"
+#include "kernels/attention.h"
+#include "kernels/flash_attention.h"
 #include "kernels/linear.h"
 
 namespace tformer {
@@ -109,13 +111,23 @@ void BasicModel<T>::forward_cached(T* logits, const TokenId* ids, int64_t batch,
     TF_CHECK(valid >= 0 && valid <= n, "forward: sequence {} has {} valid tokens in a chunk of {}", b, valid, n);
     const int64_t end = cache.length(b) + valid;
     if (end > c.context_length)
-      fail("sequence {} would reach {} tokens; the model's context_length is {}", b, end, c.context_length);
+      fail_input(fmt::format("sequence {}", b), "sequence {} would reach {} tokens; the model's context_length is {}",
+                 b, end, c.context_length);
     if (end > cache.capacity())
-      fail("sequence {} would reach {} tokens; the KV cache holds {}", b, end, cache.capacity());
+      fail_input(fmt::format("sequence {}", b), "sequence {} would reach {} tokens; the KV cache holds {}", b, end,
+                 cache.capacity());
   }
   const int64_t d = c.d_model, rows = batch * n;
   reserve(std::max(rows, batch), batch);  // the last rows of each sequence use `batch` rows too
   Workspace& w = ws_;
+  if (batch > w.attention_batch || cache.capacity() > w.attention_keys) {
+    // Decode's attention scratch grows with the keys: reserved for the whole cache at once.
+    const AttentionShape shape{batch, 1, cache.capacity(), c.n_heads, c.n_kv_heads, c.head_dim()};
+    flash_attention_reserve<T>(shape);
+    attention_reserve<T>(shape);
+    w.attention_batch = std::max(w.attention_batch, batch);
+    w.attention_keys = std::max(w.attention_keys, cache.capacity());
+  }
   int64_t n_kv = 1;
   for (int64_t b = 0; b < batch; ++b) {
     w.n_valid[b] = n_valid ? n_valid[b] : n;

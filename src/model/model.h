@@ -75,13 +75,14 @@ class BasicModel {
     BasicArena<T> arena;
     LayerActs<T> acts;
     LayerScratch<T> scratch;
-    T *x = nullptr, *y = nullptr;                    // (rows, d_model) the residual stream, in and out of a layer
-    T* final = nullptr;                              // (rows, d_model) the final norm's output / the last rows
-    T* final_normed = nullptr;                       // (rows, d_model)
-    T *final_mean = nullptr, *final_rstd = nullptr;  // (rows)
-    std::vector<int64_t> positions;                  // (rows) absolute positions
-    std::vector<TokenId> ids;                        // (rows) padding replaced by id 0
-    std::vector<int64_t> start, n_valid, kv_len;     // (batch)
+    T *x = nullptr, *y = nullptr;                     // (rows, d_model) the residual stream, in and out of a layer
+    T* final = nullptr;                               // (rows, d_model) the final norm's output / the last rows
+    T* final_normed = nullptr;                        // (rows, d_model)
+    T *final_mean = nullptr, *final_rstd = nullptr;   // (rows)
+    std::vector<int64_t> positions;                   // (rows) absolute positions
+    std::vector<TokenId> ids;                         // (rows) padding replaced by id 0
+    std::vector<int64_t> start, n_valid, kv_len;      // (batch)
+    int64_t attention_batch = 0, attention_keys = 0;  // the attention scratch is reserved for these
   };
 
   ModelConfig config_;

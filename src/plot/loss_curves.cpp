@@ -198,9 +198,9 @@ LossCurves read_loss_curves(const std::string& metrics_path) {
     try {
       record = nlohmann::json::parse(line);
     } catch (const nlohmann::json::exception& e) {
-      fail("{}:{}: not valid JSON: {}", metrics_path, line_no, e.what());
+      fail_file(metrics_path, "{}:{}: not valid JSON: {}", metrics_path, line_no, e.what());
     }
-    if (!record.is_object()) fail("{}:{}: expected a JSON object", metrics_path, line_no);
+    if (!record.is_object()) fail_file(metrics_path, "{}:{}: expected a JSON object", metrics_path, line_no);
     const auto step = record.find("step");
     if (step == record.end() || !finite_number(*step)) continue;
     const double x = step->get<double>();
@@ -217,8 +217,9 @@ LossCurves read_loss_curves(const std::string& metrics_path) {
 
 std::vector<uint8_t> render_loss_curves(const LossCurves& curves, int width, int height) {
   if (width < 160 || width > 8192 || height < 120 || height > 8192)
-    fail("plot size must be within [160, 8192] x [120, 8192], got {}x{}", width, height);
-  if (curves.train.empty() && curves.val.empty()) fail("no train_loss or val_loss values to plot");
+    fail_input(width < 160 || width > 8192 ? "width" : "height",
+               "plot size must be within [160, 8192] x [120, 8192], got {}x{}", width, height);
+  if (curves.train.empty() && curves.val.empty()) fail_input("curves", "no train_loss or val_loss values to plot");
 
   // Data ranges.
   double x_lo = INFINITY, x_hi = -INFINITY, y_lo = INFINITY, y_hi = -INFINITY;
@@ -330,7 +331,8 @@ std::vector<uint8_t> render_loss_curves(const LossCurves& curves, int width, int
 
 void plot_loss_curves(const std::string& metrics_path, const std::string& png_path, int width, int height) {
   const LossCurves curves = read_loss_curves(metrics_path);
-  if (curves.train.empty() && curves.val.empty()) fail("{}: no train_loss or val_loss values to plot", metrics_path);
+  if (curves.train.empty() && curves.val.empty())
+    fail_file(metrics_path, "{}: no train_loss or val_loss values to plot", metrics_path);
   write_png_rgb(png_path, width, height, render_loss_curves(curves, width, height));
 }
 

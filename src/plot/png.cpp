@@ -63,10 +63,12 @@ uint32_t adler32(const uint8_t* data, size_t n, uint32_t adler) {
 }
 
 std::string encode_png_rgb(int width, int height, const std::vector<uint8_t>& rgb) {
-  if (width <= 0 || height <= 0) fail("PNG size must be positive, got {}x{}", width, height);
+  if (width <= 0 || height <= 0)
+    fail_input(width <= 0 ? "width" : "height", "PNG size must be positive, got {}x{}", width, height);
   const size_t row = 3 * static_cast<size_t>(width);
   if (rgb.size() != row * static_cast<size_t>(height))
-    fail("PNG of {}x{} needs {} RGB bytes, got {}", width, height, row * static_cast<size_t>(height), rgb.size());
+    fail_input("rgb", "PNG of {}x{} needs {} RGB bytes, got {}", width, height, row * static_cast<size_t>(height),
+               rgb.size());
 
   // The scanlines: a filter byte (0, none) before each row.
   std::string raw;

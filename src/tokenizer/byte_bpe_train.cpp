@@ -48,8 +48,10 @@ struct HeapEntry {
 
 ByteBpeTokenizer train_byte_bpe(std::string_view corpus, const ByteBpeTrainOptions& options) {
   if (options.vocab_size < 257)
-    fail("byte-bpe training: vocab size {} is below 257 (256 bytes and <|endoftext|>)", options.vocab_size);
-  if (options.vocab_size > INT32_MAX) fail("byte-bpe training: vocab size {} is too large", options.vocab_size);
+    fail_input("vocab_size", "byte-bpe training: vocab size {} is below 257 (256 bytes and <|endoftext|>)",
+               options.vocab_size);
+  if (options.vocab_size > INT32_MAX)
+    fail_input("vocab_size", "byte-bpe training: vocab size {} is too large", options.vocab_size);
   const std::array<unsigned char, 256> byte_of_id = gpt2_byte_order();
   std::array<TokenId, 256> id_of_byte{};
   for (int i = 0; i < 256; ++i) id_of_byte[byte_of_id[i]] = i;

@@ -8,7 +8,9 @@ CharTokenizer::CharTokenizer(std::vector<unsigned char> alphabet) : alphabet_(st
   id_of_.fill(-1);
   for (size_t i = 0; i < alphabet_.size(); ++i) {
     TokenId& slot = id_of_[alphabet_[i]];
-    if (slot >= 0) fail("char tokenizer: byte {} appears twice in the alphabet (ids {} and {})", alphabet_[i], slot, i);
+    if (slot >= 0)
+      fail_input(fmt::format("byte {}", alphabet_[i]),
+                 "char tokenizer: byte {} appears twice in the alphabet (ids {} and {})", alphabet_[i], slot, i);
     slot = static_cast<TokenId>(i);
   }
 }
@@ -29,17 +31,25 @@ CharTokenizer CharTokenizer::from_corpus(std::string_view corpus) {
 }
 
 CharTokenizer CharTokenizer::from_json(const nlohmann::json& j) {
-  if (!j.is_object() || j.value("kind", "") != "char") fail("char tokenizer JSON: \"kind\" is not \"char\"");
-  if (!j.contains("version") || j["version"] != 1) fail("char tokenizer JSON: unsupported \"version\" (expected 1)");
-  if (!j.contains("bytes") || !j["bytes"].is_array()) fail("char tokenizer JSON: missing array \"bytes\"");
+  if (!j.is_object() || j.value("kind", "") != "char")
+    fail_file("kind", "char tokenizer JSON: \"kind\" is not \"char\"");
+  if (!j.contains("version") || j["version"] != 1)
+    fail_unsupported("version", "char tokenizer JSON: unsupported \"version\" (expected 1)");
+  if (!j.contains("bytes") || !j["bytes"].is_array())
+    fail_file("bytes", "char tokenizer JSON: missing array \"bytes\"");
   std::vector<unsigned char> alphabet;
   for (size_t i = 0; i < j["bytes"].size(); ++i) {
     const auto& v = j["bytes"][i];
     if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > 255)
-      fail("char tokenizer JSON: \"bytes\"[{}] = {} is not a byte value 0..255", i, v.dump());
+      fail_file("bytes", "char tokenizer JSON: \"bytes\"[{}] = {} is not a byte value 0..255", i, v.dump());
     alphabet.push_back(static_cast<unsigned char>(v.get<int>()));
   }
-  return CharTokenizer(std::move(alphabet));
+  try {
+    return CharTokenizer(std::move(alphabet));
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::BadInput) throw;
+    throw Error(ErrorKind::BadFile, e.field(), e.what());  // the JSON's contents are bad, not a caller's data
+  }
 }
 
 std::vector<TokenId> CharTokenizer::encode(std::string_view text, bool /*allow_special*/) const {
@@ -48,8 +58,9 @@ std::vector<TokenId> CharTokenizer::encode(std::string_view text, bool /*allow_s
     const unsigned char b = static_cast<unsigned char>(text[i]);
     const TokenId id = id_of_[b];
     if (id < 0) [[unlikely]]
-      fail("char tokenizer: byte {} (0x{:02x}) at position {} is not in the vocabulary of {} bytes", b, b, i,
-           alphabet_.size());
+      fail_input(fmt::format("position {}", i),
+                 "char tokenizer: byte {} (0x{:02x}) at position {} is not in the vocabulary of {} bytes", b, b, i,
+                 alphabet_.size());
     ids[i] = id;
   }
   return ids;
@@ -57,7 +68,8 @@ std::vector<TokenId> CharTokenizer::encode(std::string_view text, bool /*allow_s
 
 void CharTokenizer::append_token_bytes(TokenId id, std::string& out) const {
   if (id < 0 || static_cast<size_t>(id) >= alphabet_.size()) [[unlikely]]
-    fail("char tokenizer: token id {} is outside the vocabulary (size {})", id, alphabet_.size());
+    fail_input(fmt::format("token id {}", id), "char tokenizer: token id {} is outside the vocabulary (size {})", id,
+               alphabet_.size());
   out.push_back(static_cast<char>(alphabet_[static_cast<size_t>(id)]));
 }
 

@@ -38,7 +38,8 @@ struct MatchState {
     data = pcre2_match_data_create(1, nullptr);
     context = pcre2_match_context_create(nullptr);
     stack = pcre2_jit_stack_create(32 * 1024, 64 * 1024 * 1024, nullptr);
-    if (!data || !context || !stack) fail("gpt2 pre-tokenizer: out of memory creating PCRE2 match state");
+    if (!data || !context || !stack)
+      fail(ErrorKind::Internal, "", "gpt2 pre-tokenizer: out of memory creating PCRE2 match state");
     pcre2_jit_stack_assign(context, nullptr, stack);
   }
   ~MatchState() {
@@ -69,7 +70,8 @@ Gpt2PreTokenizer::Gpt2PreTokenizer() {
   pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(kPattern), PCRE2_ZERO_TERMINATED,
                                    PCRE2_UTF | PCRE2_UCP | PCRE2_ANCHORED, &error, &offset, nullptr);
   if (!code)
-    fail("gpt2 pre-tokenizer: PCRE2 cannot compile the pattern at offset {}: {}", offset, pcre2_message(error));
+    fail(ErrorKind::Internal, "", "gpt2 pre-tokenizer: PCRE2 cannot compile the pattern at offset {}: {}", offset,
+         pcre2_message(error));
   code_ = code;
   jit_ = pcre2_jit_compile(code, PCRE2_JIT_COMPLETE) == 0;
 }
@@ -107,7 +109,9 @@ size_t Gpt2PreTokenizer::match_end(std::string_view valid, size_t at) const {
   const int rc =
       jit_ ? pcre2_jit_match(as_code(code_), subject, valid.size(), at, 0, state.data, state.context)
            : pcre2_match(as_code(code_), subject, valid.size(), at, PCRE2_NO_UTF_CHECK, state.data, state.context);
-  if (rc < 0) fail("gpt2 pre-tokenizer: PCRE2 match failed at byte {}: {}", at, pcre2_message(rc));
+  if (rc < 0)
+    fail(ErrorKind::Internal, fmt::format("byte {}", at), "gpt2 pre-tokenizer: PCRE2 match failed at byte {}: {}", at,
+         pcre2_message(rc));
   const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(state.data);
   TF_CHECK(ov[0] == at && ov[1] > at, "gpt2 pre-tokenizer: match [{}, {}) does not start at {}", ov[0], ov[1], at);
   return ov[1];

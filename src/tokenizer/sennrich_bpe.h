@@ -1,7 +1,7 @@
 // Sennrich character BPE (Sennrich, Haddow and Birch 2016), learned and applied exactly as
 // subword-nmt 0.3.9 does it (learn_bpe.py, apply_bpe.py), and fast.
 //
-// Learning, in numbered steps (bpe_learn.cpp):
+// Learning, in numbered steps (step 1: bpe_count_words.cpp; the rest: bpe_learn.cpp):
 //   1. Words. Each input is decoded as UTF-8 (strictly; an error names the file and byte offset) and
 //      split into lines as subword-nmt's codecs reader does (learn_bpe.py opens its input with
 //      codecs.open, whose lines are str.splitlines(keepends=True), not io's universal newlines;
@@ -43,9 +43,9 @@
 //   - Empty input (or no pair at all): subword-nmt crashes after writing the header; tformer writes
 //     the header alone and reports it (BpeLearnResult::stop_reason).
 //
-// Applying (bpe_apply.cpp): within each word, repeatedly merge the adjacent pair of lowest rank
-// (its line number in the codes file), all its non-overlapping occurrences left to right, until no
-// adjacent pair is a merge; "</w>" is then removed from the last piece. apply_bpe.py's line
+// Applying (the codes: bpe_codes.cpp; a word: bpe_segment.cpp; lines: bpe_apply.cpp): within each word, repeatedly
+// merge the adjacent pair of lowest rank (its line number in the codes file), all its non-overlapping occurrences left
+// to right, until no adjacent pair is a merge; "</w>" is then removed from the last piece. apply_bpe.py's line
 // conventions are kept: leading and trailing runs of '\r', '\n', ' ' are copied as they are, the
 // words between are joined by single spaces (runs of spaces collapse), and every piece but a
 // word's last gets "@@" appended:  "  the lowest \n" -> "  the low@@ est \n".

@@ -53,10 +53,11 @@ SennrichTokenizer::SennrichTokenizer(SennrichBpe bpe, const std::vector<std::str
   }
   std::set<std::string> extra;
   for (const std::string& c : alphabet) {
-    if (!is_one_code_point(c)) fail("bpe tokenizer: alphabet entry '{}' is not one valid UTF-8 character", c);
+    if (!is_one_code_point(c)) fail_input(c, "bpe tokenizer: alphabet entry '{}' is not one valid UTF-8 character", c);
     if (is_separator(c[0]))
-      fail("bpe tokenizer: alphabet entry 0x{:02x} is a word separator (space, \\n or \\r)",
-           static_cast<unsigned char>(c[0]));
+      fail_input(fmt::format("0x{:02x}", static_cast<unsigned char>(c[0])),
+                 "bpe tokenizer: alphabet entry 0x{:02x} is a word separator (space, \\n or \\r)",
+                 static_cast<unsigned char>(c[0]));
     if (!chars.contains(c)) extra.insert(c);
   }
   extra_alphabet_.assign(extra.begin(), extra.end());
@@ -106,43 +107,59 @@ SennrichTokenizer SennrichTokenizer::from_merges(const std::vector<std::pair<std
 }
 
 SennrichTokenizer SennrichTokenizer::from_json(const nlohmann::json& j) {
-  if (!j.is_object() || j.value("kind", "") != "bpe") fail("bpe tokenizer JSON: \"kind\" is not \"bpe\"");
-  if (!j.contains("version") || j["version"] != 1) fail("bpe tokenizer JSON: unsupported \"version\" (expected 1)");
+  if (!j.is_object() || j.value("kind", "") != "bpe") fail_file("kind", "bpe tokenizer JSON: \"kind\" is not \"bpe\"");
+  if (!j.contains("version") || j["version"] != 1)
+    fail_unsupported("version", "bpe tokenizer JSON: unsupported \"version\" (expected 1)");
   const std::string version = j.contains("codes_version") && j["codes_version"].is_string()
                                   ? j["codes_version"].get<std::string>()
                                   : std::string();
-  if (version != "0.1" && version != "0.2") fail("bpe tokenizer JSON: \"codes_version\" must be \"0.1\" or \"0.2\"");
-  if (!j.contains("merges") || !j["merges"].is_array()) fail("bpe tokenizer JSON: missing array \"merges\"");
+  if (version != "0.1" && version != "0.2")
+    fail_unsupported("codes_version", "bpe tokenizer JSON: \"codes_version\" must be \"0.1\" or \"0.2\"");
+  if (!j.contains("merges") || !j["merges"].is_array())
+    fail_file("merges", "bpe tokenizer JSON: missing array \"merges\"");
   std::string codes = version == "0.2" ? "#version: 0.2\n" : "";
   const auto& merges = j["merges"];
   for (size_t i = 0; i < merges.size(); ++i) {
     const auto& m = merges[i];
     if (!m.is_array() || m.size() != 2 || !m[0].is_string() || !m[1].is_string())
-      fail("bpe tokenizer JSON: \"merges\"[{}] = {} is not a pair of strings", i, m.dump());
+      fail_file("merges", "bpe tokenizer JSON: \"merges\"[{}] = {} is not a pair of strings", i, m.dump());
     for (const auto& part : m) {
       const auto& s = part.get_ref<const std::string&>();
       if (s.empty() || s.find_first_of(" \n\r") != std::string::npos)
-        fail("bpe tokenizer JSON: \"merges\"[{}] = {}: a part is empty or holds a space or line break", i, m.dump());
+        fail_file("merges", "bpe tokenizer JSON: \"merges\"[{}] = {}: a part is empty or holds a space or line break",
+                  i, m.dump());
     }
     codes += m[0].get<std::string>() + ' ' + m[1].get<std::string>() + '\n';
   }
   if (version == "0.1" && (merges.empty() || codes.starts_with("#version:")))
-    fail("bpe tokenizer JSON: version 0.1 codes need at least one merge, and not one spelled like a header");
+    fail_file("merges",
+              "bpe tokenizer JSON: version 0.1 codes need at least one merge, and not one spelled like a header");
   std::vector<std::string> alphabet;
   if (j.contains("alphabet")) {
-    if (!j["alphabet"].is_array()) fail("bpe tokenizer JSON: \"alphabet\" is not an array");
+    if (!j["alphabet"].is_array()) fail_file("alphabet", "bpe tokenizer JSON: \"alphabet\" is not an array");
     for (size_t i = 0; i < j["alphabet"].size(); ++i) {
       const auto& c = j["alphabet"][i];
-      if (!c.is_string()) fail("bpe tokenizer JSON: \"alphabet\"[{}] = {} is not a string", i, c.dump());
+      if (!c.is_string())
+        fail_file("alphabet", "bpe tokenizer JSON: \"alphabet\"[{}] = {} is not a string", i, c.dump());
       alphabet.push_back(c.get<std::string>());
     }
   }
   // Codes errors name the line of the merges written as a codes file: line k+2 is "merges"[k] in
   // version 0.2, line k+1 in version 0.1.
-  SennrichTokenizer tok = from_codes(codes, "bpe tokenizer JSON \"merges\" as a codes file", alphabet);
+  const char* const codes_name = "bpe tokenizer JSON \"merges\" as a codes file";
+  SennrichTokenizer tok = [&] {
+    try {
+      return from_codes(codes, codes_name, alphabet);
+    } catch (const Error& e) {
+      // An alphabet entry: the JSON's contents are bad, not a caller's data. The codes: its "merges".
+      if (e.kind() == ErrorKind::BadInput) throw Error(ErrorKind::BadFile, e.field(), e.what());
+      if (e.field() == codes_name) throw Error(e.kind(), "merges", e.what());
+      throw;
+    }
+  }();
   if (j.contains("vocab_size") && (!j["vocab_size"].is_number_integer() || j["vocab_size"] != tok.vocab_size()))
-    fail("bpe tokenizer JSON: \"vocab_size\" is {}, but the merges and alphabet make {}", j["vocab_size"].dump(),
-         tok.vocab_size());
+    fail_file("vocab_size", "bpe tokenizer JSON: \"vocab_size\" is {}, but the merges and alphabet make {}",
+              j["vocab_size"].dump(), tok.vocab_size());
   return tok;
 }
 
@@ -178,13 +195,15 @@ std::string SennrichTokenizer::token_name(TokenId id) const {
 
 void SennrichTokenizer::append_token_bytes(TokenId id, std::string& out) const {
   if (id < 0 || id >= vocab_size()) [[unlikely]]
-    fail("bpe tokenizer: token id {} is outside the vocabulary (size {})", id, vocab_size());
+    fail_input(fmt::format("token id {}", id), "bpe tokenizer: token id {} is outside the vocabulary (size {})", id,
+               vocab_size());
   out += text_[static_cast<size_t>(id)];
 }
 
 void SennrichTokenizer::append_token_bytes_after(TokenId previous, TokenId id, std::string& out) const {
   if (id < 0 || id >= vocab_size()) [[unlikely]]
-    fail("bpe tokenizer: token id {} is outside the vocabulary (size {})", id, vocab_size());
+    fail_input(fmt::format("token id {}", id), "bpe tokenizer: token id {} is outside the vocabulary (size {})", id,
+               vocab_size());
   if (ends_word(previous) && is_symbol(id)) out += ' ';
   out += text_[static_cast<size_t>(id)];
 }

@@ -32,12 +32,12 @@ std::optional<TokenId> Tokenizer::special_id(std::string_view text) const {
 
 std::unique_ptr<Tokenizer> tokenizer_from_json(const nlohmann::json& j) {
   if (!j.is_object() || !j.contains("kind") || !j["kind"].is_string())
-    fail("tokenizer JSON: expected an object with a string \"kind\"");
+    fail_file("kind", "tokenizer JSON: expected an object with a string \"kind\"");
   const std::string kind = j["kind"].get<std::string>();
   if (kind == "char") return std::make_unique<CharTokenizer>(CharTokenizer::from_json(j));
   if (kind == "byte-bpe") return std::make_unique<ByteBpeTokenizer>(ByteBpeTokenizer::from_json(j));
   if (kind == "bpe") return std::make_unique<SennrichTokenizer>(SennrichTokenizer::from_json(j));
-  fail("tokenizer JSON: unknown kind '{}' (known: char, bpe, byte-bpe)", kind);
+  fail_unsupported("kind", "tokenizer JSON: unknown kind '{}' (known: char, bpe, byte-bpe)", kind);
 }
 
 std::unique_ptr<Tokenizer> load_tokenizer_file(const std::string& path) {
@@ -46,14 +46,14 @@ std::unique_ptr<Tokenizer> load_tokenizer_file(const std::string& path) {
   try {
     j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
-    fail("{}: not a valid tokenizer JSON file: {}", path, e.what());
+    fail_file(path, "{}: not a valid tokenizer JSON file: {}", path, e.what());
   }
   // A checkpoint's header may carry the tokenizer under "tokenizer".
   if (j.is_object() && !j.contains("kind") && j.contains("tokenizer")) j = j["tokenizer"];
   try {
     return tokenizer_from_json(j);
   } catch (const Error& e) {
-    fail("{}: {}", path, e.what());
+    throw e.with_context(path);
   }
 }
 
@@ -79,10 +79,10 @@ std::string gpt2_vocab_dir(const std::string& override_dir) {
   }
   namespace fs = std::filesystem;
   if (!fs::is_regular_file(fs::path(dir) / "encoder.json") || !fs::is_regular_file(fs::path(dir) / "vocab.bpe"))
-    fail(
-        "GPT-2's vocabulary is not in {} ({}): expected encoder.json and vocab.bpe there; run "
-        "scripts/fetch-gpt2-vocab.sh, or pass --gpt2-dir / set TFORMER_GPT2_DIR",
-        dir, source);
+    fail_file(dir,
+              "GPT-2's vocabulary is not in {} ({}): expected encoder.json and vocab.bpe there; run "
+              "scripts/fetch-gpt2-vocab.sh, or pass --gpt2-dir / set TFORMER_GPT2_DIR",
+              dir, source);
   return dir;
 }
 
@@ -92,26 +92,33 @@ std::unique_ptr<Tokenizer> tokenizer_by_name(const std::string& name, const std:
   if (name == "char") return std::make_unique<CharTokenizer>(CharTokenizer::bytes());
   if (name.starts_with("bpe:")) {
     const std::string codes = name.substr(4);
-    if (codes.empty()) fail("tokenizer '{}': expected bpe:CODES, the path of a codes file", name);
+    if (codes.empty()) fail_input(name, "tokenizer '{}': expected bpe:CODES, the path of a codes file", name);
     return std::make_unique<SennrichTokenizer>(SennrichTokenizer::load_codes(codes));
   }
   if (name.starts_with("byte-bpe:")) {
     const std::string vocab = name.substr(9);
-    if (vocab.empty()) fail("tokenizer '{}': expected byte-bpe:VOCAB, a tokenizer JSON file or a folder", name);
+    if (vocab.empty())
+      fail_input(name, "tokenizer '{}': expected byte-bpe:VOCAB, a tokenizer JSON file or a folder", name);
     if (std::filesystem::is_directory(vocab))
       return std::make_unique<ByteBpeTokenizer>(ByteBpeTokenizer::load_gpt2_dir(vocab));
-    if (!std::filesystem::exists(vocab)) fail("tokenizer '{}': no such file or folder '{}'", name, vocab);
+    if (!std::filesystem::exists(vocab)) fail_file(vocab, "tokenizer '{}': no such file or folder '{}'", name, vocab);
     auto tok = load_tokenizer_file(vocab);
     if (tok->kind() != "byte-bpe")
-      fail("{}: a '{}' tokenizer, not a byte-level BPE vocabulary ('byte-bpe')", vocab, tok->kind());
+      fail_file(vocab, "{}: a '{}' tokenizer, not a byte-level BPE vocabulary ('byte-bpe')", vocab, tok->kind());
     return tok;
   }
   if (!std::filesystem::exists(name))
-    fail("tokenizer '{}': not 'gpt2', 'char', 'bpe:CODES' or 'byte-bpe:VOCAB', and no such file", name);
+    fail_input(name, "tokenizer '{}': not 'gpt2', 'char', 'bpe:CODES' or 'byte-bpe:VOCAB', and no such file", name);
   return load_tokenizer_file(name);
 }
 
-std::string StreamingDecoder::feed(TokenId id) {
+StreamingDecoder::StreamingDecoder(const Tokenizer& tokenizer, TokenId previous)
+    : tokenizer_(tokenizer), previous_(previous) {
+  pending_.reserve(256);
+}
+
+std::string_view StreamingDecoder::feed(TokenId id) {
+  pending_.erase(0, returned_);  // shifts the waiting bytes down; keeps the capacity
   tokenizer_.append_token_bytes_after(previous_, id, pending_);
   previous_ = id;
   size_t i = 0;
@@ -120,15 +127,14 @@ std::string StreamingDecoder::feed(TokenId id) {
     if (n < 0) break;                          // unfinished character: wait for more bytes
     i += n == 0 ? 1 : static_cast<size_t>(n);  // an invalid byte goes out as it is
   }
-  std::string out = pending_.substr(0, i);
-  pending_.erase(0, i);
-  return out;
+  returned_ = i;
+  return std::string_view(pending_).substr(0, i);
 }
 
-std::string StreamingDecoder::flush() {
-  std::string out;
-  out.swap(pending_);
-  return out;
+std::string_view StreamingDecoder::flush() {
+  pending_.erase(0, returned_);
+  returned_ = pending_.size();
+  return pending_;
 }
 
 }  // namespace tformer

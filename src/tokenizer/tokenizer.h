@@ -96,17 +96,21 @@ std::unique_ptr<Tokenizer> tokenizer_by_name(const std::string& name, const std:
 // and on valid UTF-8 output each returned chunk is itself valid UTF-8. When the ids continue a
 // prompt, pass the prompt's last id as `previous`, so that a "bpe" tokenizer writes the space
 // between the prompt's last word and the first generated one.
+//
+// The returned view points into the decoder's own buffer and is valid until the next call. The
+// buffer is reserved once, so streaming a generation allocates nothing (a token longer than any
+// before may grow it once).
 class StreamingDecoder {
  public:
-  explicit StreamingDecoder(const Tokenizer& tokenizer, TokenId previous = -1)
-      : tokenizer_(tokenizer), previous_(previous) {}
-  std::string feed(TokenId id);
-  std::string flush();
+  explicit StreamingDecoder(const Tokenizer& tokenizer, TokenId previous = -1);
+  std::string_view feed(TokenId id);
+  std::string_view flush();
 
  private:
   const Tokenizer& tokenizer_;
   TokenId previous_;
-  std::string pending_;
+  std::string pending_;  // the bytes returned by the last call, then those still waiting
+  size_t returned_ = 0;  // how many bytes at the front of pending_ the last call returned
 };
 
 }  // namespace tformer

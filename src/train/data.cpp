@@ -123,7 +123,7 @@ Part tokenize_part(std::string_view text, size_t begin, size_t end, uint64_t con
   part.ids = tok.encode(piece, allow_special);
   std::error_code ec;
   std::filesystem::create_directories(cache_dir, ec);
-  if (ec) fail("{}: cannot create the token cache folder: {}", cache_dir, ec.message());
+  if (ec) fail_file(cache_dir, "{}: cannot create the token cache folder: {}", cache_dir, ec.message());
   write_file_atomic(path, encode_cache(key, part.ids));
   return part;
 }
@@ -136,14 +136,15 @@ std::string describe(const std::string& path, size_t begin, size_t end, size_t n
 
 std::string read_nonempty(const std::string& path) {
   std::string text = read_file(path);
-  if (text.empty()) fail("{}: empty file", path);
+  if (text.empty()) fail_file(path, "{}: empty file", path);
   return text;
 }
 
 }  // namespace
 
 size_t val_split_offset(std::string_view text, double val_fraction) {
-  if (!(val_fraction >= 0.0 && val_fraction < 1.0)) fail("--val-fraction must be in [0, 1), got {}", val_fraction);
+  if (!(val_fraction >= 0.0 && val_fraction < 1.0))
+    fail_input("--val-fraction", "--val-fraction must be in [0, 1), got {}", val_fraction);
   const size_t n = text.size();
   if (val_fraction == 0.0) return n;
   auto cut = static_cast<size_t>(std::floor(static_cast<double>(n) * (1.0 - val_fraction)));
@@ -154,7 +155,8 @@ size_t val_split_offset(std::string_view text, double val_fraction) {
 
 Dataset load_dataset(const std::string& data_path, const std::string& val_data_path, double val_fraction,
                      const Tokenizer& tok, const std::string& cache_dir, bool allow_special) {
-  if (!(val_fraction >= 0.0 && val_fraction < 1.0)) fail("--val-fraction must be in [0, 1), got {}", val_fraction);
+  if (!(val_fraction >= 0.0 && val_fraction < 1.0))
+    fail_input("--val-fraction", "--val-fraction must be in [0, 1), got {}", val_fraction);
   // The hashes only key the cache.
   const bool cache = !cache_dir.empty();
   const uint64_t tok_hash = cache ? hash64(tok.to_json().dump()) : 0;
@@ -189,11 +191,11 @@ Dataset load_dataset(const std::string& data_path, const std::string& val_data_p
 BatchSampler::BatchSampler(const std::vector<TokenId>& tokens, int64_t batch, int64_t context, uint64_t seed,
                            std::string split_name, const std::string& source)
     : tokens_(tokens), batch_(batch), context_(context), split_name_(std::move(split_name)), rng_(seed) {
-  if (batch <= 0) fail("--batch must be positive, got {}", batch);
-  if (context <= 0) fail("--context must be positive, got {}", context);
+  if (batch <= 0) fail_input("--batch", "--batch must be positive, got {}", batch);
+  if (context <= 0) fail_input("--context", "--context must be positive, got {}", context);
   if (static_cast<int64_t>(tokens.size()) < context + 1)
-    fail("the {} split{} has {} tokens; --context {} needs at least {}", split_name_,
-         source.empty() ? "" : " (" + source + ")", tokens.size(), context, context + 1);
+    fail_input("--context", "the {} split{} has {} tokens; --context {} needs at least {}", split_name_,
+               source.empty() ? "" : " (" + source + ")", tokens.size(), context, context + 1);
 }
 
 void BatchSampler::next(TokenId* inputs, TokenId* targets) {
@@ -212,11 +214,11 @@ void BatchSampler::next(TokenId* inputs, TokenId* targets) {
 namespace {
 void append_line(const std::string& path, const std::string& line) {
   std::FILE* f = std::fopen(path.c_str(), "ab");
-  if (!f) fail("{}: cannot open for appending: {}", path, std::strerror(errno));
+  if (!f) fail_file(path, "{}: cannot open for appending: {}", path, std::strerror(errno));
   const bool ok = std::fwrite(line.data(), 1, line.size(), f) == line.size() && std::fflush(f) == 0;
   const int write_err = errno;
   const bool closed = std::fclose(f) == 0;
-  if (!ok || !closed) fail("{}: append failed: {}", path, std::strerror(ok ? errno : write_err));
+  if (!ok || !closed) fail_file(path, "{}: append failed: {}", path, std::strerror(ok ? errno : write_err));
 }
 }  // namespace
 
@@ -241,7 +243,7 @@ void truncate_metrics_after(const std::string& path, int64_t step) {
     nlohmann::json record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (record.is_discarded() || !record.is_object()) {
       if (!finished) break;  // the unfinished last line of a run that died while writing it
-      fail("{}:{}: not a JSON object", path, line_no);
+      fail_file(path, "{}:{}: not a JSON object", path, line_no);
     }
     const auto it = record.find("step");
     if (it != record.end() && it->is_number() && it->get<double>() > static_cast<double>(step)) continue;

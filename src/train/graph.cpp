@@ -21,7 +21,8 @@ TrainGraph<T>::TrainGraph(const ModelConfig& config, int64_t batch, int64_t cont
   config_.validate();
   const auto& c = config_;
   TF_CHECK(batch > 0 && context > 0, "training graph: batch {} and context {} must be positive", batch, context);
-  if (context > c.context_length) fail("--context {} exceeds the model's context_length {}", context, c.context_length);
+  if (context > c.context_length)
+    fail_input("--context", "--context {} exceeds the model's context_length {}", context, c.context_length);
 
   const int64_t R = rows_, d = c.d_model;
   const bool post = c.norm_placement == NormPlacement::Post;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/threads.h"
 
 namespace tformer {
 
@@ -90,8 +91,7 @@ void AdamW::step(Arena& params, const Arena& grads, double lr) {
   float* m = m_.data();
   float* v = v_.data();
   const int64_t n_pieces = static_cast<int64_t>(pieces_.size());
-#pragma omp parallel for schedule(static) if (params.size() > kParallelElements)
-  for (int64_t k = 0; k < n_pieces; ++k) {
+  parallel_for(n_pieces, params.size() > kParallelElements, [&](int64_t k) {
     const Piece piece = pieces_[static_cast<size_t>(k)];
     const float d = piece.decays ? decay : 1.0f;
     for (int64_t i = piece.begin; i < piece.end; ++i) {
@@ -103,7 +103,7 @@ void AdamW::step(Arena& params, const Arena& grads, double lr) {
       const float denom = std::sqrt(vi) / sqrt_bc2 + eps;
       p[i] = p[i] * d - step_size * mi / denom;
     }
-  }
+  });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -116,8 +116,7 @@ double global_grad_norm(const Arena& grads) {
   TF_CHECK(g != nullptr, "global_grad_norm: the gradient arena is not allocated");
   const int64_t n_pieces = (n + kPiece - 1) / kPiece;
   ScratchBuffer<double> sums(0, static_cast<size_t>(n_pieces));  // [n_pieces], piece k's sum of squares
-#pragma omp parallel for schedule(static) if (n > kParallelElements)
-  for (int64_t k = 0; k < n_pieces; ++k) {
+  parallel_for(n_pieces, n > kParallelElements, [&](int64_t k) {
     const int64_t end = std::min(n, (k + 1) * kPiece);
     // Eight interleaved partial sums (a fixed order, so the result is the same on every run and
     // thread count) let the compiler vectorise what a single in-order sum would serialise.
@@ -128,7 +127,7 @@ double global_grad_norm(const Arena& grads) {
     for (; i < end; ++i) lane[0] += static_cast<double>(g[i]) * static_cast<double>(g[i]);
     sums[static_cast<size_t>(k)] =
         ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
-  }
+  });
   double total = 0;
   for (int64_t k = 0; k < n_pieces; ++k) total += sums[static_cast<size_t>(k)];  // in piece order
   return std::sqrt(total);
@@ -140,8 +139,7 @@ double clip_grad_norm(Arena& grads, double max_norm) {
     const float scale = static_cast<float>(max_norm / (norm + 1e-6));
     float* g = grads.data();
     const int64_t n = grads.size();
-#pragma omp parallel for schedule(static) if (n > kParallelElements)
-    for (int64_t i = 0; i < n; ++i) g[i] *= scale;
+    parallel_for(n, n > kParallelElements, [&](int64_t i) { g[i] *= scale; });
   }
   return norm;
 }

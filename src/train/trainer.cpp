@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "core/rng.h"
+#include "core/threads.h"
 #include "io/safetensors.h"
 #include "model/checkpoint.h"
 #include "tokenizer/char_tokenizer.h"
@@ -46,14 +47,14 @@ nlohmann::json TrainOptions::to_json() const {
 }
 
 TrainOptions TrainOptions::from_json(const nlohmann::json& j, const std::string& source) {
-  if (!j.is_object()) fail("{}: the training options are not a JSON object", source);
+  if (!j.is_object()) fail_file(source, "{}: the training options are not a JSON object", source);
   TrainOptions o;
   const nlohmann::json known = o.to_json();
   for (const auto& [key, value] : j.items()) {
-    if (!known.contains(key)) fail("{}: unknown training option \"{}\"", source, key);
+    if (!known.contains(key)) fail_file(key, "{}: unknown training option \"{}\"", source, key);
     const auto& ref = known[key];
     const bool ok = (ref.is_string() && value.is_string()) || (ref.is_number() && value.is_number());
-    if (!ok) fail("{}: training option \"{}\" has the wrong type ({})", source, key, value.dump());
+    if (!ok) fail_file(key, "{}: training option \"{}\" has the wrong type ({})", source, key, value.dump());
   }
   auto get = [&](const char* key, auto& field) {
     if (j.contains(key)) field = j[key].get<std::remove_reference_t<decltype(field)>>();
@@ -89,7 +90,7 @@ TrainOptions TrainOptions::from_json(const nlohmann::json& j, const std::string&
 
 void TrainOptions::validate() const {
   auto need = [](bool ok, const char* flag, auto value, const char* rule) {
-    if (!ok) fail("{} is {}; it must be {}", flag, value, rule);
+    if (!ok) fail_input(flag, "{} is {}; it must be {}", flag, value, rule);
   };
   need(steps > 0, "--steps", steps, "positive");
   need(batch > 0, "--batch", batch, "positive");
@@ -122,8 +123,7 @@ namespace {
 void zero_arena(Arena& a) {
   float* p = a.data();
   const int64_t n = a.size();
-#pragma omp parallel for schedule(static) if (n >= (1 << 16))
-  for (int64_t i = 0; i < n; ++i) p[i] = 0.0f;
+  parallel_for(n, n >= (1 << 16), [&](int64_t i) { p[i] = 0.0f; });
 }
 
 // The first tensor of an arena holding a NaN or an infinity ("" when none).
@@ -148,7 +148,8 @@ TrainSession::TrainSession(TrainOptions options, const ModelConfig& config, std:
   model_ = std::make_unique<Model>(config);
   const auto& c = model_->config();
   if (tokenizer_->vocab_size() != c.vocab_size)
-    fail("the tokenizer has {} tokens but the config's vocab_size is {}", tokenizer_->vocab_size(), c.vocab_size);
+    fail_config("vocab_size", "the tokenizer has {} tokens but the config's vocab_size is {}", tokenizer_->vocab_size(),
+                c.vocab_size);
   model_->init_gpt2(options_.seed);
   const AttentionKernel kernel = parse_attention_kernel(options_.attention);
   model_->set_attention_kernel(kernel);
@@ -189,20 +190,20 @@ StepResult TrainSession::step() {
         bad = fmt::format("every weight is finite; the forward overflowed at activation {}",
                           act.empty() ? "the loss" : act);
       }
-      fail(
-          "step {}: the loss is {}; first non-finite tensor: {}. Nothing was updated; the last checkpoint "
-          "is intact",
-          step_ + 1, loss, bad);
+      fail_input(fmt::format("step {}", step_ + 1),
+                 "step {}: the loss is {}; first non-finite tensor: {}. Nothing was updated; the last checkpoint "
+                 "is intact",
+                 step_ + 1, loss, bad);
     }
     graph_->backward(params, grads_, 1.0f / static_cast<float>(k));
     r.loss += loss / static_cast<double>(k);
   }
   r.grad_norm = clip_grad_norm(grads_, options_.grad_clip);
   if (!std::isfinite(r.grad_norm))
-    fail(
-        "step {}: the gradient norm is {}; first non-finite gradient: {}. Nothing was updated; the last "
-        "checkpoint is intact",
-        step_ + 1, r.grad_norm, first_non_finite(grads_));
+    fail_input(fmt::format("step {}", step_ + 1),
+               "step {}: the gradient norm is {}; first non-finite gradient: {}. Nothing was updated; the last "
+               "checkpoint is intact",
+               step_ + 1, r.grad_norm, first_non_finite(grads_));
   opt_->step(params, grads_, r.lr);
   ++step_;
   return r;
@@ -250,22 +251,23 @@ void TrainSession::save_checkpoint(const std::string& path) {
 void TrainSession::load_checkpoint(const std::string& path) {
   const SafetensorsFile f = SafetensorsFile::open(path);
   auto it = f.metadata().find("train_state");
-  if (it == f.metadata().end()) fail("{}: no \"train_state\" in __metadata__; not a training checkpoint", path);
+  if (it == f.metadata().end())
+    fail_file("train_state", "{}: no \"train_state\" in __metadata__; not a training checkpoint", path);
   nlohmann::json state;
   try {
     state = nlohmann::json::parse(it->second);
   } catch (const nlohmann::json::parse_error& e) {
-    fail("{}: train_state is not valid JSON: {}", path, e.what());
+    fail_file("train_state", "{}: train_state is not valid JSON: {}", path, e.what());
   }
   if (auto c = f.metadata().find("config");
       c == f.metadata().end() || nlohmann::json::parse(c->second) != model_->config().to_json())
-    fail("{}: the checkpoint's config differs from this run's model config", path);
+    fail_file("config", "{}: the checkpoint's config differs from this run's model config", path);
   for (const char* key : {"step", "optimizer_steps", "sampler_state"})
-    if (!state.contains(key)) fail("{}: train_state has no \"{}\"", path, key);
+    if (!state.contains(key)) fail_file(key, "{}: train_state has no \"{}\"", path, key);
   const size_t expected = 3 * model_->params().entries().size();
   if (f.tensors().size() != expected)
-    fail("{}: {} tensors; a checkpoint of this model holds {} (weights, optimizer.m.*, optimizer.v.*)", path,
-         f.tensors().size(), expected);
+    fail_file(path, "{}: {} tensors; a checkpoint of this model holds {} (weights, optimizer.m.*, optimizer.v.*)", path,
+              f.tensors().size(), expected);
   Arena& p = model_->params();
   for (const auto& e : p.entries()) {
     for (auto [prefix, arena] :
@@ -273,14 +275,16 @@ void TrainSession::load_checkpoint(const std::string& path) {
       const std::string name = prefix + e.name;
       const SafetensorsTensor& t = f.at(name);
       if (t.shape != e.shape.dims())
-        fail("{}: tensor '{}' has shape {}; this model needs {}", path, name, shape_str(t.shape), e.shape.str());
+        fail_file(name, "{}: tensor '{}' has shape {}; this model needs {}", path, name, shape_str(t.shape),
+                  e.shape.str());
       f.read_f32(name, arena->view(e).data(), e.shape.numel());
     }
   }
   step_ = state["step"].get<int64_t>();
   opt_->set_steps(state["optimizer_steps"].get<int64_t>());
   const auto& s = state["sampler_state"];
-  if (!s.is_array() || s.size() != 4) fail("{}: train_state sampler_state is not 4 numbers", path);
+  if (!s.is_array() || s.size() != 4)
+    fail_file("sampler_state", "{}: train_state sampler_state is not 4 numbers", path);
   sampler_->set_state({s[0].get<uint64_t>(), s[1].get<uint64_t>(), s[2].get<uint64_t>(), s[3].get<uint64_t>()});
 }
 
@@ -290,10 +294,10 @@ void TrainSession::load_checkpoint(const std::string& path) {
 void TrainSession::save_run(const std::string& checkpoint_path, const std::string& model_path) {
   // Never replace the last good checkpoint with weights an update made non-finite.
   if (const std::string bad = first_non_finite(model_->params()); !bad.empty())
-    fail(
-        "step {}: the weights hold a non-finite value after the update: {}; the last checkpoint ({}) is "
-        "intact",
-        step_, bad, checkpoint_path);
+    fail_input(fmt::format("step {}", step_),
+               "step {}: the weights hold a non-finite value after the update: {}; the last checkpoint ({}) is "
+               "intact",
+               step_, bad, checkpoint_path);
   save_checkpoint(checkpoint_path);
   save_model(model_path);
 }

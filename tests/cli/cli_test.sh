@@ -73,7 +73,32 @@ out2=$("$tf" generate --model "$tmp/m.safetensors" --prompt "ab" --max-new-token
 check "generate echoes the prompt" test "${out:0:2}" = "ab"
 check "generate greedy does not depend on the prefill chunk" test "$out" = "$out2"
 
-# Sampling is reproducible by --seed; --verbose prints the KV cache payload by the spec's formula;
+# init without --tokenizer: any vocab_size, no tokenizer in the file (logits work; generate and eval
+# say a tokenizer is missing); with one whose size differs from an explicit vocab_size: an error.
+printf '{"vocab_size": 1000, "context_length": 16, "d_model": 16, "n_layers": 1, "n_heads": 2}\n' > "$tmp/cfg1000.json"
+"$tf" init --config "$tmp/cfg1000.json" --seed 3 --out "$tmp/m1000.safetensors" > "$tmp/init.txt"; rc=$?
+check "init without a tokenizer takes any vocab_size" test "$rc" -eq 0
+check "init without a tokenizer says so" grep -q "no tokenizer" "$tmp/init.txt"
+"$tf" logits --model "$tmp/m1000.safetensors" --tokens "999 0 500" --out "$tmp/l1000.f32"
+check "logits of a tokenizer-less model: T x 1000 floats" test "$(stat -c %s "$tmp/l1000.f32")" -eq $((3 * 1000 * 4))
+"$tf" generate --model "$tmp/m1000.safetensors" --prompt "ab" --max-new-tokens 2 > /dev/null 2> "$tmp/err.txt"; rc=$?
+check "generate without a tokenizer exits 1" test "$rc" -eq 1
+check "generate without a tokenizer names it" grep -q "carries no tokenizer" "$tmp/err.txt"
+printf 'some text to score\n' > "$tmp/score.txt"
+"$tf" eval --model "$tmp/m1000.safetensors" --data "$tmp/score.txt" > /dev/null 2> "$tmp/err.txt"; rc=$?
+check "eval without a tokenizer exits 1" test "$rc" -eq 1
+check "eval without a tokenizer names it" grep -q "carries no tokenizer" "$tmp/err.txt"
+"$tf" init --config "$tmp/cfg1000.json" --tokenizer char --out "$tmp/bad.safetensors" > /dev/null 2> "$tmp/err.txt"; rc=$?
+check "init with a tokenizer of another size exits 1" test "$rc" -eq 1
+check "init with a tokenizer of another size names both" grep -q "vocab_size is 1000 but the tokenizer 'char' has 256" "$tmp/err.txt"
+check "init with a tokenizer of another size writes nothing" test ! -e "$tmp/bad.safetensors"
+printf '{"context_length": 16, "d_model": 16, "n_layers": 1, "n_heads": 2}\n' > "$tmp/cfg0.json"
+"$tf" init --config "$tmp/cfg0.json" --out "$tmp/m0.safetensors" > /dev/null 2> "$tmp/err.txt"; rc=$?
+check "init with neither vocab_size nor a tokenizer exits 1" test "$rc" -eq 1
+check "init with neither vocab_size nor a tokenizer names the key" grep -q '"vocab_size" is not set' "$tmp/err.txt"
+
+# Sampling is reproducible by --seed; --verbose prints the KV cache payload (2 x layers x batch x
+# kv_heads x tokens x head_dim x 4 bytes);
 # a prompts file (CRLF line ends stripped) is one batch whose lines equal each prompt alone;
 # a missing prompt is an error.
 s1=$("$tf" generate --model "$tmp/m.safetensors" --prompt "ab" --max-new-tokens 8 --seed 11)

@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """Fixtures for tformer's whole decoder, computed by a float64 PyTorch implementation of the model
-as docs/checkpoint-format.md and the model issue ("The block, precisely") define it.
+as docs/checkpoint-format.md (tensor names, shapes, config keys) and src/model/layer.h (the block's
+formulas) define it.
 
 Random tiny models cover every value of every config option: not the full product but a pairwise
 covering set (every pair of option values appears together in at least one model), chosen by a

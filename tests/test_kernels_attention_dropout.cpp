@@ -1,11 +1,13 @@
-// Dropout on the attention probabilities in the tiled kernel (training), through the op table:
-// the kernel, in double, against the definition written out here with every P materialised (the
-// reference path in train/graph.cpp makes the same keep/drop decision). The cases and their data:
-// flash_attention_test_util.h.
+// Dropout on the attention probabilities (training), in both kernels, through the op table: the
+// tiled kernel and the reference one, in double, each against the definition written out here
+// with every P materialised; both make the same keep/drop decision for the same key. The cases
+// and their data: flash_attention_test_util.h.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "core/rng.h"
@@ -24,11 +26,12 @@ using test::make_data;
 
 // Against the definition in double: 1e-12 on the output, 1e-11 on the gradients (relative; 1e-14
 // and 1e-13 absolute), the two sides summing in different orders.
-const test::OpBounds kFlashDropout{"flash_attention<double> dropout",
-                                   {{"out", {.rtol = 1e-12, .atol = 1e-14}},
-                                    {"dq", {.rtol = 1e-11, .atol = 1e-13}},
-                                    {"dk", {.rtol = 1e-11, .atol = 1e-13}},
-                                    {"dv", {.rtol = 1e-11, .atol = 1e-13}}}};
+const std::map<std::string, test::Bound> kDropoutBounds{{"out", {.rtol = 1e-12, .atol = 1e-14}},
+                                                        {"dq", {.rtol = 1e-11, .atol = 1e-13}},
+                                                        {"dk", {.rtol = 1e-11, .atol = 1e-13}},
+                                                        {"dv", {.rtol = 1e-11, .atol = 1e-13}}};
+const test::OpBounds kFlashDropout{"flash_attention<double> dropout", kDropoutBounds};
+const test::OpBounds kReferenceDropout{"attention<double> dropout", kDropoutBounds};
 
 // Dropout on the probabilities (training): the kernel, in double, against the definition written
 // out here with every P materialised: P'_ij = P_ij * M_ij / (1 - p), out_i = sum_j P'_ij v_j;
@@ -36,8 +39,8 @@ const test::OpBounds kFlashDropout{"flash_attention<double> dropout",
 // dS_ij = P_ij (dP_ij - D_i), dq_i = sum_j dS_ij k_j / sqrt(hd), dk_j = sum_i dS_ij q_i / sqrt(hd),
 // with M from dropout_kept at index ((b H + h) n_q + i) n_kv + j. Causal and not, GQA, sizes
 // across several blocks and a one-row case (which takes the general path, not decode).
-test::OpCase dropout_case(const Case& c) {
-  return test::compare_case(kFlashDropout, describe(c), [c] {
+test::OpCase dropout_case(const Case& c, bool tiled) {
+  return test::compare_case(tiled ? kFlashDropout : kReferenceDropout, describe(c), [c, tiled] {
     const double p = 0.3;
     const AttentionDropout drop{0x1234abcdULL + static_cast<uint64_t>(c.n_q), dropout_threshold(p), 1.0 / (1.0 - p)};
     const Data<double> d = make_data<double>(c);
@@ -46,11 +49,19 @@ test::OpCase dropout_case(const Case& c) {
     const int64_t hd = s.head_dim, H = s.n_heads, group = H / s.n_kv_heads;
     std::vector<double> out(d.q.size(), -7.0), lse(static_cast<size_t>(s.batch * H * s.n_q), -7.0);
     std::vector<double> dq = d.dq0, dk = d.dk0, dv = d.dv0;
-    flash_attention_forward<double>(heads_btHd(out.data(), s.n_q, H, hd), lse.data(), d.qv, d.kv, d.vv, s, m, drop);
-    flash_attention_backward<double>(
-        heads_btHd(dq.data(), s.n_q, H, hd), heads_btHd(dk.data(), s.n_kv, s.n_kv_heads, hd),
-        heads_btHd(dv.data(), s.n_kv, s.n_kv_heads, hd), d.doutv, heads_btHd<const double>(out.data(), s.n_q, H, hd),
-        lse.data(), d.qv, d.kv, d.vv, s, m, drop);
+    if (tiled) {
+      flash_attention_forward<double>(heads_btHd(out.data(), s.n_q, H, hd), lse.data(), d.qv, d.kv, d.vv, s, m, drop);
+      flash_attention_backward<double>(
+          heads_btHd(dq.data(), s.n_q, H, hd), heads_btHd(dk.data(), s.n_kv, s.n_kv_heads, hd),
+          heads_btHd(dv.data(), s.n_kv, s.n_kv_heads, hd), d.doutv, heads_btHd<const double>(out.data(), s.n_q, H, hd),
+          lse.data(), d.qv, d.kv, d.vv, s, m, drop);
+    } else {
+      std::vector<double> probs(static_cast<size_t>(s.batch * H * s.n_q * s.n_kv), -7.0);
+      attention_forward<double>(heads_btHd(out.data(), s.n_q, H, hd), probs.data(), d.qv, d.kv, d.vv, s, m, drop);
+      attention_backward<double>(heads_btHd(dq.data(), s.n_q, H, hd), heads_btHd(dk.data(), s.n_kv, s.n_kv_heads, hd),
+                                 heads_btHd(dv.data(), s.n_kv, s.n_kv_heads, hd), d.doutv, probs.data(), d.qv, d.kv,
+                                 d.vv, s, m, drop);
+    }
 
     std::vector<double> want_out(d.q.size(), 0.0), wdq = d.dq0, wdk = d.dk0, wdv = d.dv0;
     auto wq = heads_btHd(wdq.data(), s.n_q, H, hd);
@@ -130,14 +141,15 @@ std::vector<test::OpCase> op_cases() {
       c.head_dim = 16;
       c.causal = causal;
       c.seed = static_cast<uint64_t>(N) + 3;
-      cases.push_back(dropout_case(c));
+      cases.push_back(dropout_case(c, true));
+      cases.push_back(dropout_case(c, false));
     }
   return cases;
 }
 
-class FlashAttentionDropoutOps : public test::OpCaseTest {};
-TEST_P(FlashAttentionDropoutOps, WithinBounds) { test::check_case(GetParam()); }
-INSTANTIATE_TEST_SUITE_P(Table, FlashAttentionDropoutOps, ::testing::ValuesIn(op_cases()), test::case_name);
+class AttentionDropoutOps : public test::OpCaseTest {};
+TEST_P(AttentionDropoutOps, WithinBounds) { test::check_case(GetParam()); }
+INSTANTIATE_TEST_SUITE_P(Table, AttentionDropoutOps, ::testing::ValuesIn(op_cases()), test::case_name);
 
 }  // namespace
 }  // namespace tformer

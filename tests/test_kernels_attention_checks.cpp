@@ -1,6 +1,7 @@
-// The reference attention kernel (kernels/attention.h): the spec's three checks (one-key first
-// row, cached chunk == full pass through the op table, future changes invisible) over heads and
-// batches; two hand-computed cases (one symmetric, one asymmetric with GQA, the latter against a
+// The reference attention kernel (kernels/attention.h): the three checks of causal attention
+// (the first row reads only its own key, a cached chunk equals the full pass through the op table,
+// changing a future key or value is invisible to earlier rows) over heads and batches; two
+// hand-computed cases (one symmetric, one asymmetric with GQA, the latter against a
 // transposed-score variant). Layouts: attention_test_util.h.
 #include <gtest/gtest.h>
 
@@ -37,11 +38,11 @@ using test::q_index;
 using test::q_size;
 using test::random_values;
 using test::rows_of;
-using test::SpecExample;
+using test::SymmetricExample;
 using test::zero_grads;
 
 // ---------------------------------------------------------------------------------------------
-// 1. The spec kernel's three checks, over heads and batches.
+// 1. The three checks of causal attention, over heads and batches.
 
 template <typename T>
 void check_first_row_returns_its_only_key() {
@@ -60,7 +61,7 @@ void check_first_row_returns_its_only_key() {
     }
 }
 
-TEST(AttentionSpec, FirstRowReturnsItsOnlyKeysValueExactly) {
+TEST(AttentionCausal, FirstRowReturnsItsOnlyKeysValueExactly) {
   check_first_row_returns_its_only_key<double>();
   check_first_row_returns_its_only_key<float>();
 }
@@ -203,16 +204,16 @@ void check_future_changes_are_invisible() {
   }
 }
 
-TEST(AttentionSpec, FutureKeyAndValueLeaveEarlierRowsBitIdentical) {
+TEST(AttentionCausal, FutureKeyAndValueLeaveEarlierRowsBitIdentical) {
   check_future_changes_are_invisible<double>();
   check_future_changes_are_invisible<float>();
 }
 
 // ---------------------------------------------------------------------------------------------
-// 2. A case worked out by hand: the spec's example (attention_test_util.h).
+// 2. A case worked out by hand: the symmetric example (attention_test_util.h).
 
-TEST(AttentionHand, SpecExampleMatchesHandComputation) {
-  const SpecExample ex;
+TEST(AttentionHand, SymmetricExampleMatchesHandComputation) {
+  const SymmetricExample ex;
   MaskData md;
   const auto f = forward<double>(ex.s, md.get(ex.s), ex.q, ex.q, ex.v);
   EXPECT_TRUE(all_close(f.out, ex.hand_out(), 0, 1e-12));
@@ -226,8 +227,8 @@ TEST(AttentionHand, SpecExampleMatchesHandComputation) {
 }
 
 // A second case worked out by hand, ASYMMETRIC (q != k, so q_i.k_j != q_j.k_i) and grouped: two
-// query heads read one kv head (GQA), batch 1, 3 tokens, head_dim 2, causal. In the spec example
-// above keys = queries, so the score matrix is symmetric and a kernel computing k_i.q_j instead
+// query heads read one kv head (GQA), batch 1, 3 tokens, head_dim 2, causal. In the symmetric
+// example above keys = queries, so the score matrix is symmetric and a kernel computing k_i.q_j instead
 // of q_i.k_j passes it; this case tells them apart.
 //
 //   q (token i, head h):  i=0: h0 (2, 1)  h1 (-1, 1)     k (token j, the one kv head):  (1, 0)
@@ -360,10 +361,10 @@ TEST(AttentionHand, AsymmetricGqaCaseMatchesHandComputation) {
       EXPECT_GT(std::abs(wrong[o] - f.out[o]) + std::abs(wrong[o + 1] - f.out[o + 1]), 0.1) << "i=" << i << " h=" << h;
     }
   EXPECT_FALSE(all_close(wrong, ex.hand_out(), 0, 1e-3));
-  // Why the spec example could not catch this: with keys = queries the transposed variant agrees.
-  const SpecExample spec;
-  const auto spec_ours = forward<double>(spec.s, md.get(spec.s), spec.q, spec.q, spec.v);
-  EXPECT_TRUE(all_close(transposed_attention(spec.q, spec.q, spec.v, 3, 1), spec_ours.out, 0, 1e-15));
+  // Why the symmetric example could not catch this: with keys = queries the transposed variant agrees.
+  const SymmetricExample sym;
+  const auto sym_ours = forward<double>(sym.s, md.get(sym.s), sym.q, sym.q, sym.v);
+  EXPECT_TRUE(all_close(transposed_attention(sym.q, sym.q, sym.v, 3, 1), sym_ours.out, 0, 1e-15));
 
   // Float agrees to float precision (every input is exact in float).
   const auto ff = forward<float>(ex.s, md.get(ex.s), as<float>(ex.q), as<float>(ex.k), as<float>(ex.v));

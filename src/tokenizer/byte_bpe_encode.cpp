@@ -1,0 +1,272 @@
+// Byte-level BPE encoding: GPT-2's pre-tokenizer splits the text into pieces; a piece that is a token
+// is one id, any other merges its adjacent pairs, the lowest resulting id first, by a scan (short
+// pieces) or a heap (long ones). Recent pieces are cached per call and thread; a long text is
+// split over threads at cuts where the pre-tokenizer cannot join two pieces.
+#include <omp.h>
+
+#include <algorithm>
+#include <array>
+#include <climits>
+#include <cstring>
+#include <functional>
+#include <queue>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/hash.h"
+#include "tokenizer/byte_bpe.h"
+#include "tokenizer/byte_bpe_tables.h"
+#include "tokenizer/gpt2_pretokenize.h"
+
+namespace tformer {
+namespace {
+
+// Pieces up to this many bytes merge by a plain scan; longer ones through the heap.
+constexpr size_t kScanMaxBytes = 24;
+// Pieces longer than this are not cached (long runs are rare and would fill the cache).
+constexpr size_t kCacheMaxPieceBytes = 256;
+constexpr size_t kCacheSlots = size_t{1} << 14;
+// encode() splits a stretch of text over threads when it is at least this long.
+constexpr size_t kParallelMinBytes = size_t{4} << 20;
+constexpr size_t kParallelChunkBytes = size_t{1} << 20;
+
+}  // namespace
+
+// Direct-mapped: a piece's hash picks one slot, and a new piece overwrites whatever was there, so
+// memory stays bounded without an eviction policy. Keys and ids live in two arenas that are reset
+// (all slots forgotten, by a generation number) when they grow past a bound.
+class ByteBpeTokenizer::Cache {
+ public:
+  Cache() : slots_(kCacheSlots) {}
+  bool find(std::string_view piece, uint64_t hash, std::vector<TokenId>& out) const {
+    const Slot& s = slots_[hash & (kCacheSlots - 1)];
+    if (s.generation != generation_ || s.hash != hash || s.key_len != piece.size() ||
+        std::memcmp(keys_.data() + s.key_off, piece.data(), piece.size()) != 0)
+      return false;
+    out.insert(out.end(), ids_.begin() + s.ids_off, ids_.begin() + s.ids_off + s.ids_len);
+    return true;
+  }
+  void insert(std::string_view piece, uint64_t hash, const TokenId* ids, size_t n) {
+    if (keys_.size() > (size_t{16} << 20) || ids_.size() > (size_t{4} << 20)) {
+      keys_.clear();
+      ids_.clear();
+      ++generation_;
+    }
+    Slot& s = slots_[hash & (kCacheSlots - 1)];
+    s = {hash,
+         static_cast<uint32_t>(keys_.size()),
+         static_cast<uint32_t>(piece.size()),
+         static_cast<uint32_t>(ids_.size()),
+         static_cast<uint32_t>(n),
+         generation_};
+    keys_.append(piece);
+    ids_.insert(ids_.end(), ids, ids + n);
+  }
+
+ private:
+  struct Slot {
+    uint64_t hash = 0;
+    uint32_t key_off = 0, key_len = 0, ids_off = 0, ids_len = 0;
+    uint32_t generation = 0;
+  };
+  std::vector<Slot> slots_;
+  std::string keys_;
+  std::vector<TokenId> ids_;
+  uint32_t generation_ = 1;
+};
+
+void ByteBpeTokenizer::merge_scan(std::vector<TokenId>& parts) const {
+  // rank[i]: the id parts[i] + parts[i+1] would merge into (INT32_MAX: none). After a merge at i
+  // only rank[i-1] and rank[i] change.
+  if (parts.size() < 2) return;
+  constexpr TokenId kNone = INT32_MAX;
+  const auto pair_rank = [&](size_t i) {
+    const TokenId merged = tables_->pairs.find(parts[i], parts[i + 1]);
+    return merged >= 0 ? merged : kNone;
+  };
+  std::array<TokenId, kScanMaxBytes> rank_buffer;
+  std::vector<TokenId> rank_heap;
+  TokenId* rank = rank_buffer.data();
+  if (parts.size() > rank_buffer.size()) {
+    rank_heap.resize(parts.size());
+    rank = rank_heap.data();
+  }
+  size_t n = parts.size();
+  for (size_t i = 0; i + 1 < n; ++i) rank[i] = pair_rank(i);
+  while (n >= 2) {
+    TokenId best = kNone;
+    size_t at = 0;
+    for (size_t i = 0; i + 1 < n; ++i) {
+      if (rank[i] < best) {  // strict: the leftmost of equal ranks wins
+        best = rank[i];
+        at = i;
+      }
+    }
+    if (best == kNone) break;
+    parts[at] = best;
+    for (size_t i = at + 1; i + 1 < n; ++i) parts[i] = parts[i + 1];
+    for (size_t i = at + 1; i + 2 < n; ++i) rank[i] = rank[i + 1];
+    --n;
+    if (at + 1 < n) rank[at] = pair_rank(at);
+    if (at > 0) rank[at - 1] = pair_rank(at - 1);
+  }
+  parts.resize(n);
+}
+
+void ByteBpeTokenizer::merge_heap(std::vector<TokenId>& parts) const {
+  // A doubly linked list over the parts; a part absorbs its right neighbour when they merge, so a
+  // part's index is its starting position and orders ties leftmost first. Heap entries go stale
+  // when either part changes; an entry is live iff its part and the part's current right
+  // neighbour still have the ids it was pushed with (then its rank is still right).
+  const int32_t n = static_cast<int32_t>(parts.size());
+  std::vector<int32_t> prev(parts.size()), next(parts.size());
+  for (int32_t i = 0; i < n; ++i) {
+    prev[i] = i - 1;
+    next[i] = i + 1 < n ? i + 1 : -1;
+  }
+  struct Candidate {
+    TokenId rank;
+    int32_t pos;
+    TokenId left, right;
+    bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
+  };
+  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<Candidate>> heap;
+  const auto push = [&](int32_t pos) {
+    if (pos < 0 || next[pos] < 0) return;
+    const TokenId merged = tables_->pairs.find(parts[pos], parts[next[pos]]);
+    if (merged >= 0) heap.push({merged, pos, parts[pos], parts[next[pos]]});
+  };
+  for (int32_t i = 0; i + 1 < n; ++i) push(i);
+  std::vector<bool> alive(parts.size(), true);
+  while (!heap.empty()) {
+    const Candidate c = heap.top();
+    heap.pop();
+    const int32_t right = next[c.pos];
+    if (!alive[c.pos] || right < 0 || parts[c.pos] != c.left || parts[right] != c.right) continue;
+    parts[c.pos] = c.rank;
+    alive[right] = false;
+    next[c.pos] = next[right];
+    if (next[right] >= 0) prev[next[right]] = c.pos;
+    push(prev[c.pos]);
+    push(c.pos);
+  }
+  size_t w = 0;
+  for (int32_t i = 0; i >= 0 && i < n; i = next[i]) parts[w++] = parts[i];
+  parts.resize(w);
+}
+
+std::vector<TokenId> ByteBpeTokenizer::encode_piece(std::string_view piece, int algorithm) const {
+  if (piece.empty()) return {};
+  if (const TokenId whole = tables_->piece.find(piece, tokens_); whole >= 0) return {whole};
+  std::vector<TokenId> parts(piece.size());
+  for (size_t i = 0; i < piece.size(); ++i) parts[i] = id_of_byte_[static_cast<unsigned char>(piece[i])];
+  const bool scan = algorithm == 1 || (algorithm == 0 && piece.size() <= kScanMaxBytes);
+  if (scan)
+    merge_scan(parts);
+  else
+    merge_heap(parts);
+  return parts;
+}
+
+void ByteBpeTokenizer::encode_chunk(std::string_view text, Cache& cache, std::vector<TokenId>& out) const {
+  std::vector<TokenId> parts;
+  Gpt2PreTokenizer::instance().for_each_piece(text, [&](std::string_view piece) {
+    if (piece.size() == 1) {
+      out.push_back(id_of_byte_[static_cast<unsigned char>(piece[0])]);
+      return;
+    }
+    const uint64_t hash = hash64(piece);
+    if (const TokenId whole = tables_->piece.find(piece, hash, tokens_); whole >= 0) {
+      out.push_back(whole);
+      return;
+    }
+    const bool cacheable = piece.size() <= kCacheMaxPieceBytes;
+    if (cacheable && cache.find(piece, hash, out)) return;
+    parts.resize(piece.size());
+    for (size_t i = 0; i < piece.size(); ++i) parts[i] = id_of_byte_[static_cast<unsigned char>(piece[i])];
+    if (piece.size() <= kScanMaxBytes)
+      merge_scan(parts);
+    else
+      merge_heap(parts);
+    out.insert(out.end(), parts.begin(), parts.end());
+    if (cacheable) cache.insert(piece, hash, parts.data(), parts.size());
+  });
+}
+
+// A cut at p is safe when text[p-1] is '\n' and text[p-2], text[p] are printable ASCII other than
+// the space: no piece contains a newline together with a non-space character, so the piece before
+// is exactly "\n" (ending at p) and the pattern's matching after p does not depend on what came
+// before (the pattern looks ahead but never behind).
+static size_t next_safe_cut(std::string_view text, size_t from) {
+  const auto printable = [](char c) { return c > ' ' && c < 0x7F; };
+  size_t search = from == 0 ? 0 : from - 1;
+  while (true) {
+    const size_t newline = text.find('\n', search);
+    if (newline == std::string_view::npos) return text.size();
+    const size_t cut = newline + 1;
+    if (newline >= 1 && cut < text.size() && printable(text[newline - 1]) && printable(text[cut])) return cut;
+    search = cut;
+  }
+}
+
+void ByteBpeTokenizer::encode_stretch(std::string_view text, std::vector<TokenId>& out) const {
+  const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  if (threads <= 1 || text.size() < kParallelMinBytes) {
+    Cache cache;
+    encode_chunk(text, cache, out);
+    return;
+  }
+  std::vector<size_t> cuts{0};
+  while (cuts.back() < text.size()) cuts.push_back(next_safe_cut(text, cuts.back() + kParallelChunkBytes));
+  const int64_t n_chunks = static_cast<int64_t>(cuts.size()) - 1;
+  std::vector<std::vector<TokenId>> parts(static_cast<size_t>(n_chunks));
+#pragma omp parallel num_threads(threads)
+  {
+    Cache cache;
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t c = 0; c < n_chunks; ++c) {
+      parts[c].reserve((cuts[c + 1] - cuts[c]) / 3);
+      encode_chunk(text.substr(cuts[c], cuts[c + 1] - cuts[c]), cache, parts[c]);
+    }
+  }
+  size_t total = out.size();
+  for (const auto& p : parts) total += p.size();
+  out.reserve(total);
+  for (const auto& p : parts) out.insert(out.end(), p.begin(), p.end());
+}
+
+std::vector<TokenId> ByteBpeTokenizer::encode_ordinary(std::string_view text) const {
+  std::vector<TokenId> out;
+  out.reserve(text.size() / 3);
+  encode_stretch(text, out);
+  return out;
+}
+
+std::vector<TokenId> ByteBpeTokenizer::encode(std::string_view text, bool allow_special) const {
+  if (!allow_special || specials_.empty()) return encode_ordinary(text);
+  std::vector<TokenId> out;
+  out.reserve(text.size() / 3);
+  size_t at = 0;
+  while (at < text.size()) {
+    // The earliest special token from `at`; the longest one when several start there.
+    size_t best = std::string_view::npos, best_len = 0;
+    TokenId best_id = -1;
+    for (const auto& [special, id] : specials_) {
+      const size_t p = text.find(special, at);
+      if (p < best || (p == best && p != std::string_view::npos && special.size() > best_len)) {
+        best = p;
+        best_len = special.size();
+        best_id = id;
+      }
+    }
+    if (best == std::string_view::npos) break;
+    encode_stretch(text.substr(at, best - at), out);
+    out.push_back(best_id);
+    at = best + best_len;
+  }
+  if (at < text.size()) encode_stretch(text.substr(at), out);
+  return out;
+}
+
+}  // namespace tformer

@@ -1,0 +1,117 @@
+// Generating a token (the forward pass through the KV cache, sampling, and streaming its text)
+// allocates nothing: heap allocations are counted at the malloc level (tests/alloc_counter.h:
+// operator new, C code, OpenBLAS, libgomp and glibc alike) over a generation of N tokens and one
+// of 4N tokens, and the two counts must be equal. What a generation allocates once (the cache,
+// the result vectors, the samplers' tables) is the same for both; anything allocated per token
+// would show up 3N times more in the longer one.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <string>
+#include <vector>
+
+#include "alloc_counter.h"
+#include "core/rng.h"
+#include "core/threads.h"
+#include "generate/generator.h"
+#include "model/model.h"
+#include "tokenizer/char_tokenizer.h"
+
+namespace tformer {
+namespace {
+
+Model make_model(const char* overrides) {
+  auto j = nlohmann::json::parse(R"({"vocab_size": 256, "context_length": 512, "d_model": 32, "n_layers": 2,
+                                     "n_heads": 4, "d_ff": 64})");
+  j.update(nlohmann::json::parse(overrides));
+  Model m(ModelConfig::from_json(j, "test"));
+  m.init_gpt2(3);
+  return m;
+}
+
+// Text streamed into a fixed buffer, as a terminal would receive it.
+struct Sink {
+  std::array<char, 1 << 16> bytes{};
+  size_t size = 0;
+  void put(std::string_view piece) {
+    for (char c : piece)
+      if (size < bytes.size()) bytes[size++] = c;
+  }
+};
+
+// Allocations made by one generation of n tokens for each prompt, text streamed as it comes.
+int64_t allocations_of(Model& m, const Tokenizer& tok, const std::vector<std::vector<TokenId>>& prompts, int64_t n,
+                       const SamplerConfig& sampler, Sink& sink) {
+  GenerateOptions o;
+  o.max_new_tokens = n;
+  o.sampler = sampler;
+  StreamingDecoder decoder(tok, prompts[0].back());
+  const int64_t before = g_allocations.load();
+  const auto out = generate(m, prompts, o, [&](int64_t b, TokenId id) {
+    if (b == 0) sink.put(decoder.feed(id));
+  });
+  sink.put(decoder.flush());
+  const int64_t used = g_allocations.load() - before;
+  EXPECT_EQ(static_cast<int64_t>(out[0].size()), n);
+  return used;
+}
+
+TEST(GenerateAllocations, ATokenAllocatesNothingAtTheMallocLevel) {
+  if (!kCountingAllocations) GTEST_SKIP() << "allocations are not counted under AddressSanitizer (it owns malloc)";
+  const CharTokenizer tok = CharTokenizer::bytes();
+  const int64_t N = 24;
+  for (const char* cfg : {R"({})", R"({"positions": "rope", "norm": "rmsnorm", "activation": "swiglu",
+                                     "n_kv_heads": 2, "bias": false})"})
+    for (const SamplerConfig& sampler :
+         {SamplerConfig{0.0, 0, 1.0, 1}, SamplerConfig{0.8, 0, 0.9, 2}, SamplerConfig{1.0, 40, 0.95, 3}})
+      for (const int64_t batch : {1, 3}) {
+        SCOPED_TRACE(std::string(cfg) + " batch " + std::to_string(batch) + " temperature " +
+                     std::to_string(sampler.temperature) + " top-k " + std::to_string(sampler.top_k));
+        Model m = make_model(cfg);
+        std::vector<std::vector<TokenId>> prompts;
+        for (int64_t b = 0; b < batch; ++b) prompts.push_back(tok.encode(b == 1 ? "Tok" : "Hello, w"));
+        Sink sink;
+        allocations_of(m, tok, prompts, 4 * N, sampler, sink);  // warm-up: the workspace and scratch grow here
+        const int64_t short_run = allocations_of(m, tok, prompts, N, sampler, sink);
+        const int64_t long_run = allocations_of(m, tok, prompts, 4 * N, sampler, sink);
+        EXPECT_EQ(long_run - short_run, 0) << "a generation of " << N << " tokens made " << short_run
+                                           << " allocations, one of " << 4 * N << " made " << long_run;
+        EXPECT_GT(sink.size, 0u);
+      }
+}
+
+// The same at one thread (the pool is never forked, no OpenMP region is entered).
+TEST(GenerateAllocations, ATokenAllocatesNothingOnOneThread) {
+  if (!kCountingAllocations) GTEST_SKIP() << "allocations are not counted under AddressSanitizer (it owns malloc)";
+  const int saved = num_threads();
+  set_num_threads(1);
+  const CharTokenizer tok = CharTokenizer::bytes();
+  Model m = make_model(R"({"positions": "rope", "n_kv_heads": 1})");
+  const std::vector<std::vector<TokenId>> prompts{tok.encode("Once upon")};
+  Sink sink;
+  const SamplerConfig sampler{0.9, 0, 0.9, 7};
+  allocations_of(m, tok, prompts, 80, sampler, sink);
+  const int64_t short_run = allocations_of(m, tok, prompts, 20, sampler, sink);
+  const int64_t long_run = allocations_of(m, tok, prompts, 80, sampler, sink);
+  set_num_threads(saved);
+  EXPECT_EQ(long_run - short_run, 0);
+}
+
+// The counter counts: a vector, a C malloc and a std::string beyond its inline buffer all show.
+TEST(GenerateAllocations, TheCounterSeesEveryKindOfAllocation) {
+  if (!kCountingAllocations) GTEST_SKIP() << "allocations are not counted under AddressSanitizer (it owns malloc)";
+  int64_t before = g_allocations.load();
+  std::vector<int> v(100);
+  EXPECT_EQ(g_allocations.load() - before, 1);
+  before = g_allocations.load();
+  void* p = std::malloc(64);
+  EXPECT_EQ(g_allocations.load() - before, 1);
+  std::free(p);
+  before = g_allocations.load();
+  std::string s(100, 'x');
+  EXPECT_EQ(g_allocations.load() - before, 1);
+  EXPECT_EQ(v.size() + s.size(), 200u);
+}
+
+}  // namespace
+}  // namespace tformer
