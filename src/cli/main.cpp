@@ -9,14 +9,18 @@
 #include "core/error.h"
 
 int main(int argc, char** argv) {
-  CLI::App app{"tformer: a transformer language-model engine written from scratch"};
-  app.require_subcommand(1);
-  app.set_version_flag("--version", "tformer 0.1.0");
-  tformer::cli::register_all(app);
+  // The set-up and CLI11's own reporting are inside the try too: an exception from them prints a
+  // message and a non-zero status instead of leaving main, which would abort (std::terminate).
   try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    CLI::App app{"tformer: a transformer language-model engine written from scratch"};
+    app.require_subcommand(1);
+    app.set_version_flag("--version", "tformer 0.1.0");
+    tformer::cli::register_all(app);
+    try {
+      app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+      return app.exit(e);
+    }
   } catch (const tformer::Error& e) {
     // Every kind of Error prints its message and exits 1 (scripts rely on the status).
     fmt::print(stderr, "tformer: error: {}\n", e.what());
