@@ -164,6 +164,7 @@ std::vector<std::string> SennrichBpe::segment_for_testing(std::string_view word,
   std::vector<Piece> w;
   impl_->segment_pieces(word, w, long_path ? 1 : -1);
   std::vector<std::string> out;
+  out.reserve(w.size());
   for (const Piece& p : w) out.emplace_back(word.substr(p.begin, p.end - p.begin));
   return out;
 }
