@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string_view>
 
 #include "core/error.h"
@@ -222,7 +223,8 @@ std::vector<uint8_t> render_loss_curves(const LossCurves& curves, int width, int
   if (curves.train.empty() && curves.val.empty()) fail_input("curves", "no train_loss or val_loss values to plot");
 
   // Data ranges.
-  double x_lo = INFINITY, x_hi = -INFINITY, y_lo = INFINITY, y_hi = -INFINITY;
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  double x_lo = kInf, x_hi = -kInf, y_lo = kInf, y_hi = -kInf;
   for (const auto* c : {&curves.train, &curves.val})
     for (const auto& [x, y] : *c) {
       x_lo = std::min(x_lo, x);
