@@ -105,7 +105,7 @@ Result<T> run_reference(const Case& c, const Data<T>& d) {
   for (int64_t b = 0; b < s.batch; ++b)
     for (int64_t h = 0; h < s.n_heads; ++h)
       for (int64_t i = 0; i < s.n_q; ++i) {
-        double mx = -INFINITY;
+        double mx = -std::numeric_limits<double>::infinity();
         std::vector<double> sc;
         for (int64_t j = 0; j < s.n_kv; ++j) {
           if (!m.allowed(b, i, j)) continue;
@@ -117,7 +117,8 @@ Result<T> run_reference(const Case& c, const Data<T>& d) {
         }
         double sum = 0;
         for (double x : sc) sum += std::exp(x - mx);
-        r.lse[(b * s.n_heads + h) * s.n_q + i] = static_cast<T>(sc.empty() ? -INFINITY : mx + std::log(sum));
+        r.lse[(b * s.n_heads + h) * s.n_q + i] =
+            static_cast<T>(sc.empty() ? -std::numeric_limits<double>::infinity() : mx + std::log(sum));
       }
   return r;
 }

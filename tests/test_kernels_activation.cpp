@@ -84,7 +84,7 @@ TEST(SwiGlu, HandComputedValues) {
   //   db = silu(a) = 0.75 ln 3 = 0.8239592165010823.
   const double dy = 1;
   double da = 0, db = 0;
-  swiglu_backward<double>(&da, &db, &dy, &a[0], &b[0], 1);
+  swiglu_backward<double>(&da, &db, &dy, a.data(), b.data(), 1);
   EXPECT_NEAR(da, 1.9119796082505411, 1e-15);
   EXPECT_NEAR(db, 0.8239592165010823, 1e-15);
 }

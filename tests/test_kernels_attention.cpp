@@ -267,7 +267,7 @@ test::OpCase float_vs_double(const AttentionShape& s, const MaskData& md, uint64
 using Structural = std::function<void(const Grads<double>&, const Forward<double>&, const std::vector<double>& q,
                                       const std::vector<double>& k, const std::vector<double>& v)>;
 test::OpCase finite_differences(const AttentionShape& s, const MaskData& md, uint64_t seed, std::array<double, 3> start,
-                                Structural structural) {
+                                const Structural& structural) {
   return test::gradient_case(kAttention, "finite differences " + describe(s, md), [=] {
     const AttentionMask m = md.get(s);
     const std::vector<double> q = random_values(q_size(s), seed), k = random_values(kv_size(s), seed + 1),

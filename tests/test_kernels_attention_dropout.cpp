@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -75,7 +76,7 @@ test::OpCase dropout_case(const Case& c, bool tiled) {
         for (int64_t i = 0; i < s.n_q; ++i) {
           const int64_t g = h / group;
           std::vector<double> P(static_cast<size_t>(s.n_kv), 0.0), M(static_cast<size_t>(s.n_kv), 0.0);
-          double mx = -INFINITY;
+          double mx = -std::numeric_limits<double>::infinity();
           for (int64_t j = 0; j < s.n_kv; ++j) {
             if (!m.allowed(b, i, j)) continue;
             double acc = 0;

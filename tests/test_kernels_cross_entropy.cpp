@@ -99,9 +99,13 @@ TEST(CrossEntropy, NoCountedRowGivesZeroLossAndZeroGradient) {
 
 TEST(CrossEntropy, TargetOutsideVocabThrowsNamingRow) {
   const std::vector<float> logits(3 * 4, 0.5f);
-  for (const auto& [targets, row, tgt] :
-       {std::tuple{std::vector<TokenId>{1, 4, 0}, "row 1", "target 4"},
-        std::tuple{std::vector<TokenId>{kIgnoreIndex, 2, -3}, "row 2", "target -3"}}) {
+  for (const auto& c : {std::tuple{std::vector<TokenId>{1, 4, 0}, "row 1", "target 4"},
+                        std::tuple{std::vector<TokenId>{kIgnoreIndex, 2, -3}, "row 2", "target -3"}}) {
+    // Plain references, not a structured binding: EXPECT_ERROR's lambda captures them, which
+    // clang before 16 (the parser of clang-tidy 14) refuses for a binding.
+    const std::vector<TokenId>& targets = std::get<0>(c);
+    const char* row = std::get<1>(c);
+    const char* tgt = std::get<2>(c);
     EXPECT_ERROR(cross_entropy_forward<float>(nullptr, logits.data(), targets.data(), 3, 4), ErrorKind::BadInput, row,
                  tgt);
     std::vector<float> d(12, 0.0f);
@@ -173,7 +177,7 @@ test::OpCase float_vs_double(int64_t rows, int64_t vocab, uint64_t seed) {
 
 // loss functional: dloss * mean loss; the gradient buffer starts non-zero (the backward
 // accumulates); an ignored row's gradient is exactly 0 both ways.
-test::OpCase finite_differences(int64_t rows, int64_t vocab, std::vector<TokenId> targets, uint64_t seed) {
+test::OpCase finite_differences(int64_t rows, int64_t vocab, const std::vector<TokenId>& targets, uint64_t seed) {
   return test::gradient_case(
       kCrossEntropy, "finite differences rows=" + std::to_string(rows) + " vocab=" + std::to_string(vocab),
       [rows, vocab, targets, seed] {

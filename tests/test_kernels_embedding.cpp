@@ -43,8 +43,13 @@ TEST(Embedding, HandComputedGatherAndScatterAdd) {
 TEST(Embedding, IdOutsideVocabThrowsNamingPositionAndId) {
   const std::vector<float> table(4 * 2, 1.0f);
   std::vector<float> out(3 * 2, -3.0f);
-  for (const auto& [ids, pos, id] : {std::tuple{std::vector<TokenId>{1, 4, 0}, "position 1", "id 4"},
-                                     std::tuple{std::vector<TokenId>{0, 3, -1}, "position 2", "id -1"}}) {
+  for (const auto& c : {std::tuple{std::vector<TokenId>{1, 4, 0}, "position 1", "id 4"},
+                        std::tuple{std::vector<TokenId>{0, 3, -1}, "position 2", "id -1"}}) {
+    // Plain references, not a structured binding: EXPECT_ERROR's lambda captures them, which
+    // clang before 16 (the parser of clang-tidy 14) refuses for a binding.
+    const std::vector<TokenId>& ids = std::get<0>(c);
+    const char* pos = std::get<1>(c);
+    const char* id = std::get<2>(c);
     EXPECT_ERROR(embedding_forward<float>(out.data(), ids.data(), table.data(), 3, 4, 2), ErrorKind::BadInput, pos, id);
     EXPECT_EQ(out, std::vector<float>(6, -3.0f)) << "output written before the check";
     std::vector<float> dtable(8, 0.0f);
@@ -97,7 +102,7 @@ test::OpCase float_vs_double(const Shape& sh) {
 
 // loss = sum(r * out) with repeated ids; the gradient buffer starts non-zero (the backward
 // accumulates); an unused row's gradient is exactly 0.
-test::OpCase finite_differences(int64_t vocab, int64_t d, std::vector<TokenId> ids, uint64_t seed) {
+test::OpCase finite_differences(int64_t vocab, int64_t d, const std::vector<TokenId>& ids, uint64_t seed) {
   const int64_t n = static_cast<int64_t>(ids.size());
   const Shape sh{vocab, d, n, seed};
   return test::gradient_case(kEmbedding, "finite differences " + sh.str(), [vocab, d, n, ids, seed] {

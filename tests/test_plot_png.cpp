@@ -69,7 +69,7 @@ TEST_F(PngTest, PixelsRoundTripThroughTheIndependentDecoder) {
                                                         {28, 772, 2}, {200, 150, 2}, {640, 480, 15}};
   for (const auto& [w, h, blocks] : cases) {
     SCOPED_TRACE(std::to_string(w) + "x" + std::to_string(h));
-    const auto rgb = random_pixels(w, h, static_cast<uint64_t>(w * 1000 + h));
+    const auto rgb = random_pixels(w, h, static_cast<uint64_t>(w) * 1000 + static_cast<uint64_t>(h));
     const std::string file = path("img.png");
     write_png_rgb(file, w, h, rgb);
     const std::string bytes = slurp(file);

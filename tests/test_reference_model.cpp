@@ -40,7 +40,8 @@ TEST(ModelVsTorch, LogitsMatchForEveryModelOfTheCoveringSet) {
     ASSERT_TRUE(loaded.model);
     EXPECT_FALSE(loaded.tokenizer);  // the fixtures carry no tokenizer metadata
     // The file's config is the one the case was generated with, key by key.
-    const nlohmann::json ours = loaded.model->config().to_json(), expected = c.at("config");
+    const nlohmann::json ours = loaded.model->config().to_json();
+    const nlohmann::json& expected = c.at("config");
     ASSERT_EQ(expected.size(), 17u) << "the fixture config should name every key";
     for (const auto& [key, value] : expected.items()) EXPECT_EQ(ours.at(key), value) << "config key " << key;
 

@@ -25,7 +25,7 @@ using Merges = std::vector<std::pair<std::string, std::string>>;
 
 // A file `name` holding `bytes` in dir.
 std::string temp_file(const test::TempDir& dir, const std::string& name, const std::string& bytes) {
-  const std::string path = dir / name;
+  std::string path = dir / name;
   std::FILE* f = std::fopen(path.c_str(), "wb");
   EXPECT_TRUE(f != nullptr);
   std::fwrite(bytes.data(), 1, bytes.size(), f);
