@@ -20,11 +20,16 @@ tformer_validate_layers()
 set(errors "")  # one message per bad include, each prefixed by "\n"
 set(n_errors 0)
 
-# Every directory under src/ is a layer of the table.
+# Every directory under src/ is a layer of the table, and every source file is in one of them.
 file(GLOB entries LIST_DIRECTORIES true RELATIVE "${SOURCE_ROOT}/src" "${SOURCE_ROOT}/src/*")
 foreach(entry IN LISTS entries)
-  if(IS_DIRECTORY "${SOURCE_ROOT}/src/${entry}" AND NOT entry IN_LIST TFORMER_LAYERS)
-    string(APPEND errors "\nsrc/${entry}/: error: a directory of src/ that is not a layer of cmake/layers.cmake")
+  if(IS_DIRECTORY "${SOURCE_ROOT}/src/${entry}")
+    if(NOT entry IN_LIST TFORMER_LAYERS)
+      string(APPEND errors "\nsrc/${entry}/: error: a directory of src/ that is not a layer of cmake/layers.cmake")
+      math(EXPR n_errors "${n_errors} + 1")
+    endif()
+  elseif(entry MATCHES "\\.(h|hh|hpp|hxx|inc|ipp|c|cc|cpp|cxx)$")
+    string(APPEND errors "\nsrc/${entry}: error: a source file outside every layer's folder")
     math(EXPR n_errors "${n_errors} + 1")
   endif()
 endforeach()

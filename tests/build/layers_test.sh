@@ -71,12 +71,14 @@ if [[ "$mode" == check ]]; then
   expect_failure undeclared "$tmp/undeclared" 'src/generate/sampler.cpp:2: error: #include "io/safetensors.h"' \
     'layer generate includes layer io, which is below it but not listed in TFORMER_LAYER_DEPS_generate'
 
-  # A relative path around the check, and a folder of src/ that is no layer.
+  # A relative path around the check, a folder of src/ that is no layer, a file outside every layer.
   fresh_copy "$tmp/relative"
   plant "$tmp/relative/src/io/safetensors.cpp" 2 '#include "../train/data.h"'
   mkdir "$tmp/relative/src/extra"
+  echo '#include "model/model.h"' > "$tmp/relative/src/stray.cpp"
   expect_failure relative "$tmp/relative" 'src/io/safetensors.cpp:2: error: #include "../train/data.h"' \
-    'src/extra/: error: a directory of src/ that is not a layer'
+    'src/extra/: error: a directory of src/ that is not a layer' \
+    "src/stray.cpp: error: a source file outside every layer's folder"
 
   # The table itself: a layer may list only layers before it (no cycles), and every listing is used.
   fresh_copy "$tmp/cycle"
