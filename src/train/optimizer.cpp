@@ -92,16 +92,25 @@ void AdamW::step(Arena& params, const Arena& grads, double lr) {
   float* v = v_.data();
   const int64_t n_pieces = static_cast<int64_t>(pieces_.size());
   parallel_for(n_pieces, params.size() > kParallelElements, [&](int64_t k) {
+    // The closure holds references: without these local copies the compiler must assume that a
+    // store to p, m or v may change a captured scalar, reloads it every element and leaves the
+    // loop scalar (3.5x slower on GPT-2's 124M parameters).
     const Piece piece = pieces_[static_cast<size_t>(k)];
     const float d = piece.decays ? decay : 1.0f;
+    const float b1 = beta1, c1 = one_minus_beta1, b2 = beta2, c2 = one_minus_beta2;
+    const float bc2 = sqrt_bc2, lr_t = step_size, e = eps;
+    float* __restrict pk = p;
+    float* __restrict mk = m;
+    float* __restrict vk = v;
+    const float* __restrict gk = g;
     for (int64_t i = piece.begin; i < piece.end; ++i) {
-      const float gi = g[i];
-      const float mi = beta1 * m[i] + one_minus_beta1 * gi;
-      const float vi = beta2 * v[i] + one_minus_beta2 * gi * gi;
-      m[i] = mi;
-      v[i] = vi;
-      const float denom = std::sqrt(vi) / sqrt_bc2 + eps;
-      p[i] = p[i] * d - step_size * mi / denom;
+      const float gi = gk[i];
+      const float mi = b1 * mk[i] + c1 * gi;
+      const float vi = b2 * vk[i] + c2 * gi * gi;
+      mk[i] = mi;
+      vk[i] = vi;
+      const float denom = std::sqrt(vi) / bc2 + e;
+      pk[i] = pk[i] * d - lr_t * mi / denom;
     }
   });
 }
@@ -139,7 +148,13 @@ double clip_grad_norm(Arena& grads, double max_norm) {
     const float scale = static_cast<float>(max_norm / (norm + 1e-6));
     float* g = grads.data();
     const int64_t n = grads.size();
-    parallel_for(n, n > kParallelElements, [&](int64_t i) { g[i] *= scale; });
+    // In pieces, with the scale copied into each: see AdamW::step on captured scalars.
+    parallel_for((n + kPiece - 1) / kPiece, n > kParallelElements, [&](int64_t k) {
+      const float s = scale;
+      float* __restrict gk = g;
+      const int64_t end = std::min(n, (k + 1) * kPiece);
+      for (int64_t i = k * kPiece; i < end; ++i) gk[i] *= s;
+    });
   }
   return norm;
 }
