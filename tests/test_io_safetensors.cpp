@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "io/safetensors.h"
+
+#include <nlohmann/json.hpp>
 #include "safetensors_test_util.h"
 #include "test_util.h"
 
@@ -58,6 +60,11 @@ TEST_F(SafetensorsTest, RoundTripKeepsShapesValuesOrderAndMetadata) {
 
   SafetensorsFile f = SafetensorsFile::open(p);
   EXPECT_EQ(f.metadata(), meta);
+  // A metadata value read as JSON; a missing key or text that is not JSON is a BadFile about the key.
+  EXPECT_EQ(f.metadata_json("config", "-"), nlohmann::json({{"d_model", 8}}));
+  EXPECT_ERROR(f.metadata_json("train_state", "not a checkpoint"), ErrorKind::BadFile, "train_state",
+               "not a checkpoint");
+  EXPECT_ERROR(f.metadata_json("tokenizer", "-"), ErrorKind::BadFile, "tokenizer", "not valid JSON");
   EXPECT_EQ(f.data_start() % 8, 0u);
   EXPECT_EQ(f.file_size(), f.data_start() + (12 + 5 + 1 + 0 + 6) * 4);
   ASSERT_EQ(f.tensors().size(), 5u);

@@ -375,6 +375,16 @@ const SafetensorsTensor& SafetensorsFile::at(std::string_view name) const {
   return *t;
 }
 
+Json SafetensorsFile::metadata_json(const std::string& key, std::string_view when_missing) const {
+  const auto it = metadata_.find(key);
+  if (it == metadata_.end()) fail_file(key, "{}: no \"{}\" in the header's __metadata__; {}", path_, key, when_missing);
+  try {
+    return Json::parse(it->second);
+  } catch (const Json::parse_error& e) {
+    fail_file(key, "{}: __metadata__ \"{}\" is not valid JSON: {}", path_, key, e.what());
+  }
+}
+
 void SafetensorsFile::read_f32(std::string_view name, float* dst, int64_t n) const {
   const SafetensorsTensor& t = at(name);
   if (t.dtype != "F32") fail_unsupported(name, "{}: tensor '{}' has dtype {}, expected F32", path_, name, t.dtype);

@@ -21,6 +21,8 @@
 
 #include "core/arena.h"
 
+#include <nlohmann/json_fwd.hpp>
+
 #include <cstdint>
 #include <map>
 #include <string>
@@ -67,6 +69,10 @@ class SafetensorsFile {
 
   const std::string& path() const { return path_; }
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  // The JSON value stored as text under __metadata__[key]. A missing key is a BadFile error about
+  // `key` that ends with `when_missing` (what the file then is not); text that is not valid JSON
+  // is a BadFile error about `key` as well.
+  nlohmann::json metadata_json(const std::string& key, std::string_view when_missing) const;
   // Every tensor, in the order of their data offsets (empty tensors sharing an offset by name).
   const std::vector<SafetensorsTensor>& tensors() const { return tensors_; }
   // nullptr when there is no tensor of that name.

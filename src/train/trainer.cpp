@@ -250,17 +250,8 @@ void TrainSession::save_checkpoint(const std::string& path) {
 
 void TrainSession::load_checkpoint(const std::string& path) {
   const SafetensorsFile f = SafetensorsFile::open(path);
-  auto it = f.metadata().find("train_state");
-  if (it == f.metadata().end())
-    fail_file("train_state", "{}: no \"train_state\" in __metadata__; not a training checkpoint", path);
-  nlohmann::json state;
-  try {
-    state = nlohmann::json::parse(it->second);
-  } catch (const nlohmann::json::parse_error& e) {
-    fail_file("train_state", "{}: train_state is not valid JSON: {}", path, e.what());
-  }
-  if (auto c = f.metadata().find("config");
-      c == f.metadata().end() || nlohmann::json::parse(c->second) != model_->config().to_json())
+  const nlohmann::json state = f.metadata_json("train_state", "not a training checkpoint");
+  if (f.metadata_json("config", "not a training checkpoint") != model_->config().to_json())
     fail_file("config", "{}: the checkpoint's config differs from this run's model config", path);
   for (const char* key : {"step", "optimizer_steps", "sampler_state"})
     if (!state.contains(key)) fail_file(key, "{}: train_state has no \"{}\"", path, key);
