@@ -25,21 +25,15 @@ namespace fs = std::filesystem;
 
 class FileIoTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("tformer_file_io_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  std::string path(const std::string& name) const { return tmp_ / name; }
   // The names in the folder, sorted.
   std::vector<std::string> listing() const {
     std::set<std::string> names;
-    for (const auto& e : fs::directory_iterator(dir_)) names.insert(e.path().filename().string());
+    for (const auto& e : fs::directory_iterator(tmp_.path())) names.insert(e.path().filename().string());
     return {names.begin(), names.end()};
   }
-  fs::path dir_;
+  test::TempDir tmp_;
+  const fs::path& dir_ = tmp_.path();
 };
 
 TEST_F(FileIoTest, RoundTripOfAnyBytes) {

@@ -167,6 +167,14 @@ void sinusoidal_positions(float* out, int64_t n_positions, int64_t d_model) {
     }
 }
 
+template <typename T>
+std::vector<T> sinusoidal_table(const ModelConfig& c) {
+  if (c.positions != Positions::Sinusoidal) return {};
+  std::vector<float> table(static_cast<size_t>(c.context_length * c.d_model));
+  sinusoidal_positions(table.data(), c.context_length, c.d_model);
+  return std::vector<T>(table.begin(), table.end());
+}
+
 // ---- the layer ----------------------------------------------------------------------------------
 
 namespace {
@@ -374,6 +382,7 @@ void layer_backward(T* dx, const LayerGrads<T>& g, const LayerActs<T>& a, const 
                                          const ModelConfig&);                                                        \
   template void embed_forward<T>(T*, const TokenId*, const int64_t*, int64_t, const ModelParams<T>&, const T*,       \
                                  const ModelConfig&);                                                                \
+  template std::vector<T> sinusoidal_table<T>(const ModelConfig&);                                                   \
   template void embed_backward<T>(const ModelGrads<T>&, const T*, const TokenId*, const int64_t*, int64_t,           \
                                   const ModelConfig&);                                                               \
   template void layer_forward<T>(T*, const LayerActs<T>&, const LayerParams<T>&, const LayerScratch<T>&,             \

@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/arena.h"
 #include "kernels/attention.h"
@@ -214,5 +215,9 @@ void embed_backward(const ModelGrads<T>& g, const T* dx, const TokenId* ids, con
 // computed in double and rounded to float (the table every model and graph uses, whatever its T).
 // out: (n_positions, d_model), d_model even.
 void sinusoidal_positions(float* out, int64_t n_positions, int64_t d_model);
+// The table embed_forward takes for config c: (context_length, d_model) of sinusoidal_positions'
+// float values in T when c.positions is sinusoidal, else empty.
+template <typename T>
+std::vector<T> sinusoidal_table(const ModelConfig& c);
 
 }  // namespace tformer

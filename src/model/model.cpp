@@ -16,12 +16,7 @@ BasicModel<T>::BasicModel(ModelConfig config) : config_(std::move(config)) {
   declare_model_params(params_, config_);
   params_.allocate();
   weights_ = model_params(params_, config_);
-  if (config_.positions == Positions::Sinusoidal) {
-    // The table is float in every model (a double model uses the same rounded values).
-    std::vector<float> table(config_.context_length * config_.d_model);
-    sinusoidal_positions(table.data(), config_.context_length, config_.d_model);
-    sinusoidal_.assign(table.begin(), table.end());
-  }
+  sinusoidal_ = sinusoidal_table<T>(config_);
 }
 
 template <typename T>

@@ -59,12 +59,7 @@ TrainGraph<T>::TrainGraph(const ModelConfig& config, int64_t batch, int64_t cont
   targets_.resize(R);
   positions_.resize(R);
   for (int64_t r = 0; r < R; ++r) positions_[r] = r % context;
-  if (c.positions == Positions::Sinusoidal) {
-    // The model's table is float: the double graph uses the same rounded values.
-    std::vector<float> table(context * d);
-    sinusoidal_positions(table.data(), context, d);
-    sinusoidal_.assign(table.begin(), table.end());
-  }
+  sinusoidal_ = sinusoidal_table<T>(c);
 }
 
 template <typename T>
