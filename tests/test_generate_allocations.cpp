@@ -15,7 +15,9 @@
 #include "core/threads.h"
 #include "generate/generator.h"
 #include "model/model.h"
+#include "tokenizer/byte_bpe_train.h"
 #include "tokenizer/char_tokenizer.h"
+#include "tokenizer/sennrich_tokenizer.h"
 
 namespace tformer {
 namespace {
@@ -78,6 +80,37 @@ TEST(GenerateAllocations, ATokenAllocatesNothingAtTheMallocLevel) {
                                            << " allocations, one of " << 4 * N << " made " << long_run;
         EXPECT_GT(sink.size, 0u);
       }
+}
+
+// The same with the other streaming decoders (a trained byte-level BPE, whose random ids split
+// UTF-8 characters across tokens; Sennrich BPE, whose spaces depend on the previous token) and with
+// the reference attention kernel.
+TEST(GenerateAllocations, EveryTokenizerAndBothAttentionKernels) {
+  if (!kCountingAllocations) GTEST_SKIP() << "allocations are not counted under AddressSanitizer (it owns malloc)";
+  const std::string corpus = "the thin cat sat on the mat; \xc3\xa9t\xc3\xa9 \xe2\x82\xac the theme then";
+  ByteBpeTrainOptions bo;
+  bo.vocab_size = 256 + 12 + 1;
+  bo.min_frequency = 1;
+  const ByteBpeTokenizer byte_bpe = train_byte_bpe(corpus, bo);
+  const SennrichTokenizer sennrich = SennrichTokenizer::from_merges(
+      {{"t", "h"}, {"th", "e</w>"}, {"a", "t</w>"}, {"th", "i"}}, {"a", "c", "e", "h", "i", "m", "n", "o", "s", "t"});
+  const Tokenizer* tokenizers[] = {&byte_bpe, &sennrich};
+  const int64_t N = 20;
+  for (const Tokenizer* tok : tokenizers)
+    for (const AttentionKernel kernel : {AttentionKernel::Tiled, AttentionKernel::Reference}) {
+      SCOPED_TRACE(tok->kind() + (kernel == AttentionKernel::Tiled ? " tiled" : " reference"));
+      Model m = make_model(("{\"vocab_size\": " + std::to_string(tok->vocab_size()) + "}").c_str());
+      m.set_attention_kernel(kernel);
+      const std::vector<std::vector<TokenId>> prompts{tok->encode("the cat"), tok->encode("then")};
+      const SamplerConfig sampler{1.0, 0, 1.0, 5};
+      Sink sink;
+      allocations_of(m, *tok, prompts, 4 * N, sampler, sink);
+      const int64_t short_run = allocations_of(m, *tok, prompts, N, sampler, sink);
+      const int64_t long_run = allocations_of(m, *tok, prompts, 4 * N, sampler, sink);
+      EXPECT_EQ(long_run - short_run, 0) << "a generation of " << N << " tokens made " << short_run
+                                         << " allocations, one of " << 4 * N << " made " << long_run;
+      EXPECT_GT(sink.size, 0u);
+    }
 }
 
 // The same at one thread (the pool is never forked, no OpenMP region is entered).
