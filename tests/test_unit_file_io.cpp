@@ -94,6 +94,20 @@ TEST_F(FileIoTest, AMissingFolderIsAnErrorNamingThePath) {
   EXPECT_TRUE(listing().empty());
 }
 
+TEST_F(FileIoTest, AppendsAccumulateAndErrorsNameThePath) {
+  const std::string p = path("log.jsonl");
+  append_file(p, "one\n");  // created
+  append_file(p, std::string("t\0o\n", 4));
+  append_file(p, "");
+  append_file(p, "three");
+  EXPECT_EQ(read_file(p), std::string("one\nt\0o\nthree", 13));
+  EXPECT_EQ(listing(), std::vector<std::string>{"log.jsonl"});  // no temporaries for an append
+  const std::string missing = path("no/such/folder/log.jsonl");
+  EXPECT_ERROR(append_file(missing, "x"), ErrorKind::BadFile, missing, "cannot open for appending");
+  fs::create_directories(path("folder"));
+  EXPECT_ERROR(append_file(path("folder"), "x"), ErrorKind::BadFile, path("folder"), "cannot open for appending");
+}
+
 TEST_F(FileIoTest, TargetThatIsAFolderFailsAtTheRenameAndLeavesNoTemporary) {
   const std::string p = path("target");
   fs::create_directories(p);

@@ -115,6 +115,25 @@ void AtomicFile::commit() {
     fail_file(path_, "{}: written, but the fsync of its folder {} failed: {}", path_, dir, errno_text(sync_err));
 }
 
+void append_file(const std::string& path, std::string_view bytes) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) fail_file(path, "{}: cannot open for appending: {}", path, errno_text(errno));
+  size_t done = 0;
+  int err = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      err = n < 0 ? errno : EIO;
+      break;
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (err == 0 && ::fsync(fd) != 0) err = errno;
+  if (::close(fd) != 0 && err == 0) err = errno;
+  if (err != 0) fail_file(path, "{}: append failed: {}", path, errno_text(err));
+}
+
 void write_file_atomic(const std::string& path, std::string_view bytes) {
   AtomicFile f(path);
   f.write(bytes);

@@ -1,6 +1,6 @@
 // Whole files in and out, with one set of guarantees for every file the project writes.
 //
-// read_file: a whole file as bytes, nothing translated.
+// read_file: a whole file as bytes, nothing translated. append_file: a record added to a log.
 //
 // Atomic writes (write_file_atomic, AtomicFile): the bytes go to a temporary file beside the
 // target, named
@@ -64,6 +64,12 @@ void write_file_atomic(const std::string& path, std::string_view bytes);
 // The content produce() writes into the AtomicFile it is given; committed when produce returns,
 // discarded (and its exception passed on) when it throws.
 void write_file_atomic(const std::string& path, const std::function<void(AtomicFile&)>& produce);
+
+// Appends bytes to the end of path (created when missing) with one write through O_APPEND, then
+// fsyncs it: for logs that grow a record at a time (metrics.jsonl), where rewriting the whole file
+// would cost more than the record. A crash can leave at most the last record unfinished (a resumed
+// training run drops such a line). Errors name the path and the reason.
+void append_file(const std::string& path, std::string_view bytes);
 
 // The pid in file_name when it is an atomic writer's temporary of target_name
 // ("<target_name>.tmp.<pid>.<anything>"), else -1.

@@ -211,19 +211,8 @@ void BatchSampler::next(TokenId* inputs, TokenId* targets) {
 
 // ---- metrics.jsonl -------------------------------------------------------------------------------
 
-namespace {
-void append_line(const std::string& path, const std::string& line) {
-  std::FILE* f = std::fopen(path.c_str(), "ab");
-  if (!f) fail_file(path, "{}: cannot open for appending: {}", path, std::strerror(errno));
-  const bool ok = std::fwrite(line.data(), 1, line.size(), f) == line.size() && std::fflush(f) == 0;
-  const int write_err = errno;
-  const bool closed = std::fclose(f) == 0;
-  if (!ok || !closed) fail_file(path, "{}: append failed: {}", path, std::strerror(ok ? errno : write_err));
-}
-}  // namespace
-
 void append_metrics(const std::string& path, const nlohmann::ordered_json& record) {
-  append_line(path, record.dump() + "\n");
+  append_file(path, record.dump() + "\n");
 }
 
 void truncate_metrics_after(const std::string& path, int64_t step) {
