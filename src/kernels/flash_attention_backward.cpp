@@ -174,16 +174,15 @@ void backward_dq(const Ctx& c, HeadsView<T> dq, HeadsView<const T> dout, const T
   const AttentionShape& s = c.s;
   const int64_t hd = c.hd, hdp = c.hdp, H = s.n_heads;
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(hd)));
-  const int64_t nqb = (s.n_q + kBr - 1) / kBr;
-  const int64_t n_tasks = s.batch * H * nqb;
+  const QueryBlockTasks tasks(s);
 
   parallel_region(enough_work(s), [&] {
     using U = typename ScratchBuffer<T>::Unfilled;  // every tile below is written before it is read
     ScratchBuffer<T> QT(0, hd * kBr, U{}), dOT(1, hd * kBr, U{}), lse_p(2, kBr, U{}), D(3, kBr, U{}),
         Ks(4, kBc * hdp, U{}), Vs(5, kBc * hdp, U{}), ST(6, kBc * kBr, U{}), dPT(7, kBc * kBr, U{}),
         dQa(8, kBr * hdp, U{}), bias(9, kBc, U{}), zeros(10, kBr, T(0));
-    for_dynamic(n_tasks, [&](int64_t task) {
-      const int64_t b = task / (H * nqb), h = (task / nqb) % H, qb = nqb - 1 - task % nqb;
+    for_dynamic(tasks.count, [&](int64_t task) {
+      const auto [b, h, qb] = tasks[task];
       const int64_t g = h / c.group;
       const Seq sq = c.seq(b);
       // Queries are the vector dimension of the transposed tiles: padded to kC.

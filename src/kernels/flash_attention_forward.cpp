@@ -103,16 +103,14 @@ void forward_tiled(const Ctx& c, HeadsView<T> out, T* lse, HeadsView<const T> q,
   const AttentionShape& s = c.s;
   const int64_t hd = c.hd, hdp = c.hdp, H = s.n_heads;
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(hd)));
-  const int64_t nqb = (s.n_q + kBr - 1) / kBr;
-  const int64_t n_tasks = s.batch * H * nqb;
+  const QueryBlockTasks tasks(s);
 
   parallel_region(enough_work(s), [&] {
     using U = typename ScratchBuffer<T>::Unfilled;  // every tile below is written before it is read
     ScratchBuffer<T> QT(0, hd * kBr, U{}), Ks(1, kBc * hdp, U{}), Vs(2, kBc * hdp, U{}), ST(3, kBc * kBr, U{}),
         O(4, kBr * hdp, U{}), mrow(5, kBr, U{}), lrow(6, kBr, U{}), bias(7, kBc, U{}), alpha(8, kBr, U{});
-    for_dynamic(n_tasks, [&](int64_t task) {
-      const int64_t b = task / (H * nqb), h = (task / nqb) % H;
-      const int64_t qb = nqb - 1 - task % nqb;  // the causal mask makes later blocks heavier: start them first
+    for_dynamic(tasks.count, [&](int64_t task) {
+      const auto [b, h, qb] = tasks[task];
       const int64_t g = h / c.group;
       const Seq sq = c.seq(b);
       // Queries are the vector dimension of the transposed score tile: padded to kC.

@@ -227,6 +227,21 @@ struct Ctx {
   }
 };
 
+// The tasks of a pass over query blocks (the forward, the backward's dQ): one per sequence, head
+// and block of kBr queries, the last block of each (batch, head) first, since the causal mask
+// makes later blocks heavier.
+struct QueryBlockTask {
+  int64_t b, h, qb;  // sequence, head, query block
+};
+struct QueryBlockTasks {
+  int64_t n_heads, n_blocks, count;
+  explicit QueryBlockTasks(const AttentionShape& s)
+      : n_heads(s.n_heads), n_blocks((s.n_q + kBr - 1) / kBr), count(s.batch * s.n_heads * n_blocks) {}
+  QueryBlockTask operator[](int64_t task) const {
+    return {task / (n_heads * n_blocks), (task / n_blocks) % n_heads, n_blocks - 1 - task % n_blocks};
+  }
+};
+
 // bias[j] = 0 for a readable key of block [j0, j0 + jn), -inf for padding and columns jn..cols_p.
 // Returns the number of readable keys.
 template <typename T>
