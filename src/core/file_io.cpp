@@ -115,6 +115,24 @@ void AtomicFile::commit() {
     fail_file(path_, "{}: written, but the fsync of its folder {} failed: {}", path_, dir, errno_text(sync_err));
 }
 
+void read_at(int fd, const std::string& path, void* dst, uint64_t n, uint64_t offset) {
+  auto* out = static_cast<char*>(dst);
+  while (n > 0) {
+    const size_t chunk = static_cast<size_t>(std::min<uint64_t>(n, uint64_t{1} << 30));
+    const ssize_t got = ::pread(fd, out, chunk, static_cast<off_t>(offset));
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      fail_file(path, "{}: read of {} bytes at file offset {} failed: {}", path, n, offset, errno_text(errno));
+    }
+    if (got == 0)
+      fail_file(path, "{}: unexpected end of file at offset {} ({} more bytes expected; did the file shrink?)", path,
+                offset, n);
+    out += got;
+    offset += static_cast<uint64_t>(got);
+    n -= static_cast<uint64_t>(got);
+  }
+}
+
 void append_file(const std::string& path, std::string_view bytes) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) fail_file(path, "{}: cannot open for appending: {}", path, errno_text(errno));

@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <functional>
 #include <string>
@@ -31,6 +32,11 @@ namespace tformer {
 // The whole file. Errors name the path and the system's reason ("cannot open for reading: No such
 // file or directory", "read error: Is a directory").
 std::string read_file(const std::string& path);
+
+// Exactly n bytes at file offset `offset` of the open file descriptor fd into dst, retrying short
+// and interrupted reads. A read error or the end of the file is an Error naming path, the offset
+// and the count.
+void read_at(int fd, const std::string& path, void* dst, uint64_t n, uint64_t offset);
 
 // One atomic write, fed incrementally: write() any number of times, then commit(). Destroyed
 // without a successful commit() (an exception on the way, or commit() failing), it removes its

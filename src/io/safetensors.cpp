@@ -66,25 +66,6 @@ void store_le64(unsigned char* p, uint64_t v) {
   for (int i = 0; i < 8; ++i) p[i] = static_cast<unsigned char>(v >> (8 * i));
 }
 
-// Reads exactly n bytes at file offset `offset`, retrying short reads.
-void pread_all(int fd, const std::string& path, void* dst, uint64_t n, uint64_t offset) {
-  auto* out = static_cast<char*>(dst);
-  while (n > 0) {
-    const size_t chunk = static_cast<size_t>(std::min<uint64_t>(n, uint64_t{1} << 30));
-    const ssize_t got = ::pread(fd, out, chunk, static_cast<off_t>(offset));
-    if (got < 0) {
-      if (errno == EINTR) continue;
-      fail_file(path, "{}: read of {} bytes at file offset {} failed: {}", path, n, offset, errno_text());
-    }
-    if (got == 0)
-      fail_file(path, "{}: unexpected end of file at offset {} ({} more bytes expected; did the file shrink?)", path,
-                offset, n);
-    out += got;
-    offset += static_cast<uint64_t>(got);
-    n -= static_cast<uint64_t>(got);
-  }
-}
-
 // Product of the extents times the element size, or false on 64-bit overflow.
 bool byte_count(const std::vector<int64_t>& shape, int64_t elem_size, uint64_t* out) {
   uint64_t n = static_cast<uint64_t>(elem_size);
@@ -278,7 +259,7 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
     fail_file(path, "{}: the file is {} bytes, too short for the 8-byte header length a safetensors file starts with",
               path, f.file_size_);
   unsigned char len_bytes[8];
-  pread_all(f.fd_, path, len_bytes, 8, 0);
+  read_at(f.fd_, path, len_bytes, 8, 0);
   const uint64_t header_len = load_le64(len_bytes);
   if (header_len > kSafetensorsMaxHeader)
     fail_file(path, "{}: header length {} (file offset 0) exceeds the limit of {} bytes", path, header_len,
@@ -292,7 +273,7 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
 
   // 2. The header text.
   std::string text(static_cast<size_t>(header_len), '\0');
-  pread_all(f.fd_, path, text.data(), header_len, 8);
+  read_at(f.fd_, path, text.data(), header_len, 8);
   if (text.empty() || text[0] != '{')
     fail_file(path, "{}: the header (file offset 8) must start with '{{', found {}", path,
               text.empty() ? std::string("an empty header")
@@ -400,7 +381,7 @@ void SafetensorsFile::read_bytes(const SafetensorsTensor& t, void* dst, uint64_t
   if (nbytes != t.nbytes())
     fail_input(t.name, "{}: tensor '{}' holds {} bytes, but the destination has {}", path_, t.name, t.nbytes(), nbytes);
   if (nbytes == 0) return;
-  pread_all(fd_, path_, dst, nbytes, data_start_ + t.begin);
+  read_at(fd_, path_, dst, nbytes, data_start_ + t.begin);
 }
 
 // -----------------------------------------------------------------------------------------------
