@@ -10,6 +10,7 @@ void register_all(CLI::App& app) {
   register_generate(app);
   register_plot(app);
   register_train(app);
+  register_convert(app);
 }
 
 }  // namespace tformer::cli

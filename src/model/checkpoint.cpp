@@ -2,26 +2,34 @@
 
 #include "core/error.h"
 #include "io/safetensors.h"
+#include "model/gguf_model.h"
 
 namespace tformer {
 
-void save_model(const std::string& path, Model& model, const Tokenizer* tokenizer) {
+void save_model(const std::string& path, Model& model, const Tokenizer* tokenizer, const std::string& chat_template) {
   std::map<std::string, std::string> metadata{{"config", model.config().to_json().dump()}};
   if (tokenizer) metadata["tokenizer"] = tokenizer->to_json().dump();
+  if (!chat_template.empty()) metadata["chat_template"] = chat_template;
   write_arena(path, model.params(), metadata);
 }
 
 std::unique_ptr<Tokenizer> load_model_tokenizer(const std::string& path) {
+  if (is_gguf_file(path)) {
+    LoadedModel m = load_gguf_model(path);
+    if (!m.tokenizer) fail_file(path, "{}: the model file carries no tokenizer", path);
+    return std::move(m.tokenizer);
+  }
   return tokenizer_from_json(
       SafetensorsFile::open(path).metadata_json("tokenizer", "the model file carries no tokenizer"));
 }
 
 std::unique_ptr<Tokenizer> tokenizer_by_name_or_model(const std::string& name, const std::string& gpt2_dir) {
-  if (name.ends_with(".safetensors")) return load_model_tokenizer(name);
+  if (name.ends_with(".safetensors") || name.ends_with(".gguf")) return load_model_tokenizer(name);
   return tokenizer_by_name(name, gpt2_dir);
 }
 
 LoadedModel load_model(const std::string& path) {
+  if (is_gguf_file(path)) return load_gguf_model(path);
   const SafetensorsFile file = SafetensorsFile::open(path);
   const nlohmann::json config_json = file.metadata_json("config", "not a tformer model file");
   LoadedModel out;
@@ -33,6 +41,8 @@ LoadedModel load_model(const std::string& path) {
       fail_file("vocab_size", "{}: the tokenizer has {} tokens but the model's vocab_size is {}", path,
                 out.tokenizer->vocab_size(), out.model->config().vocab_size);
   }
+  if (const auto it = file.metadata().find("chat_template"); it != file.metadata().end())
+    out.chat_template = it->second;
   return out;
 }
 

@@ -1,0 +1,49 @@
+// tformer export: a model file into llama.cpp's GGUF (model/gguf_model.h, docs/gguf.md).
+#include <fmt/format.h>
+
+#include <memory>
+#include <string>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "model/checkpoint.h"
+#include "model/gguf_model.h"
+
+namespace tformer::cli {
+
+namespace {
+
+struct ExportOptions {
+  std::string model, format = "gguf", out, type = "f32";
+};
+
+void run_export(const ExportOptions& o) {
+  if (o.format != "gguf") fail_input("--format", "--format: unknown format '{}' (gguf)", o.format);
+  const GgufExportType type = parse_gguf_export_type(o.type);
+  LoadedModel lm = load_model(o.model);
+  if (!lm.tokenizer) fail_file(o.model, "{}: the model file carries no tokenizer, and llama.cpp needs one", o.model);
+  const GgufExportReport r = export_gguf(o.out, *lm.model, *lm.tokenizer, lm.chat_template, type);
+  fmt::print("wrote {}: llama.cpp architecture {}, {} tensors ({}), {:.1f} MB, tokenizer {}\n", o.out, r.architecture,
+             r.n_tensors, o.type, static_cast<double>(r.file_bytes) / 1e6, lm.tokenizer->kind());
+  for (const auto& note : r.notes) fmt::print("  {}\n", note);
+  if (r.gelu_changed)
+    fmt::print(
+        "  activation: \"gelu\" (erf) runs in llama.cpp's gpt2 as the tanh form: the largest change of a next-token "
+        "probability over a probe batch of {} positions is {:.3g}\n",
+        r.probe_tokens, r.gelu_max_prob_change);
+}
+
+}  // namespace
+
+void register_convert(CLI::App& app) {
+  auto ex = std::make_shared<ExportOptions>();
+  auto* ec = app.add_subcommand("export", "Write a model as a GGUF file that llama.cpp runs (docs/gguf.md)");
+  ec->add_option("--model", ex->model, "Model file (.safetensors or .gguf)")->required();
+  ec->add_option("--format", ex->format, "gguf")->capture_default_str();
+  ec->add_option("--out", ex->out, "Output file (.gguf)")->required();
+  ec->add_option("--type", ex->type, "Weight matrices as f32 | f16 | bf16 (norms and biases stay f32)")
+      ->capture_default_str();
+  ec->callback([ex] { run_export(*ex); });
+}
+
+}  // namespace tformer::cli

@@ -1,0 +1,40 @@
+#include "core/memory.h"
+
+#include <unistd.h>
+
+#include <charconv>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <string>
+
+namespace tformer {
+
+namespace {
+
+bool parse_u64(const char* s, uint64_t& out) {
+  const char* end = s + std::strlen(s);
+  const auto [p, ec] = std::from_chars(s, end, out);
+  return ec == std::errc() && p == end && p != s;
+}
+
+}  // namespace
+
+uint64_t available_memory_bytes() {
+  if (const char* limit = std::getenv("TFORMER_MEMORY_LIMIT")) {
+    uint64_t v = 0;
+    if (parse_u64(limit, v)) return v;
+  }
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  uint64_t kb = 0;
+  std::string unit;
+  while (meminfo >> key >> kb >> unit)
+    if (key == "MemAvailable:") return kb * 1024;
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  if (pages > 0 && page > 0) return static_cast<uint64_t>(pages) * static_cast<uint64_t>(page);
+  return std::numeric_limits<uint64_t>::max();
+}
+
+}  // namespace tformer

@@ -1,0 +1,737 @@
+#include "model/gguf_model.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <utility>
+
+#include "core/error.h"
+#include "core/float16.h"
+#include "core/memory.h"
+#include "core/rng.h"
+#include "io/gguf.h"
+#include "kernels/softmax.h"
+#include "tokenizer/byte_bpe.h"
+#include "tokenizer/char_tokenizer.h"
+
+namespace tformer {
+
+namespace {
+
+using Metadata = std::vector<std::pair<std::string, GgufValue>>;
+
+// llama.cpp's tokenizer.ggml.token_type values (llama_token_attr's older enumeration).
+constexpr int64_t kTokenNormal = 1;
+constexpr int64_t kTokenControl = 3;
+constexpr int64_t kTokenUserDefined = 4;
+
+// general.file_type (llama_ftype): what most tensors are.
+uint32_t file_type_of(GgufExportType t) {
+  switch (t) {
+    case GgufExportType::F32:
+      return 0;
+    case GgufExportType::F16:
+      return 1;
+    case GgufExportType::BF16:
+      return 32;
+  }
+  return 0;
+}
+
+GgmlType ggml_type_of(GgufExportType t) {
+  switch (t) {
+    case GgufExportType::F32:
+      return GgmlType::F32;
+    case GgufExportType::F16:
+      return GgmlType::F16;
+    case GgufExportType::BF16:
+      return GgmlType::BF16;
+  }
+  return GgmlType::F32;
+}
+
+// Row r of each head of a [n_heads * hd, cols] projection, in llama.cpp's adjacent-pair order:
+// output row 2i of a head is input row i, output row 2i+1 is input row i + hd/2. `inverse` undoes it.
+std::vector<float> permute_rope_rows(const float* w, int64_t n_heads, int64_t hd, int64_t cols, bool inverse) {
+  std::vector<float> out(static_cast<size_t>(n_heads * hd * cols));
+  const int64_t half = hd / 2;
+  for (int64_t h = 0; h < n_heads; ++h)
+    for (int64_t i = 0; i < half; ++i)
+      for (int64_t k = 0; k < 2; ++k) {
+        const int64_t adjacent = h * hd + 2 * i + k, halves = h * hd + i + k * half;
+        const int64_t dst = inverse ? halves : adjacent, src = inverse ? adjacent : halves;
+        std::memcpy(out.data() + dst * cols, w + src * cols, static_cast<size_t>(cols) * sizeof(float));
+      }
+  return out;
+}
+
+// One tensor on its way into the file: its values (row-major), its row-major shape and its type.
+struct OutTensor {
+  std::string name;
+  std::vector<int64_t> shape;  // row-major: {rows, cols} or {n}
+  std::vector<float> values;
+  bool matrix = false;  // written in the export type; everything else in F32
+};
+
+std::vector<uint8_t> encode_values(const std::vector<float>& v, GgmlType type) {
+  std::vector<uint8_t> bytes;
+  if (type == GgmlType::F32) {
+    bytes.resize(v.size() * 4);
+    std::memcpy(bytes.data(), v.data(), bytes.size());
+    return bytes;
+  }
+  bytes.resize(v.size() * 2);
+  for (size_t i = 0; i < v.size(); ++i) {
+    const uint16_t h = type == GgmlType::F16 ? f32_to_f16(v[i]) : f32_to_bf16(v[i]);
+    std::memcpy(bytes.data() + 2 * i, &h, 2);
+  }
+  return bytes;
+}
+
+// ---- the tokenizer's metadata ------------------------------------------------------------------
+
+void add_tokenizer_metadata(Metadata& md, const Tokenizer& tok) {
+  std::vector<std::string> tokens;
+  std::vector<int64_t> types;
+  std::vector<std::string> merges;
+  std::string pre;
+  const std::string kind = tok.kind();
+  if (kind == "byte-bpe") {
+    const auto& bpe = dynamic_cast<const ByteBpeTokenizer&>(tok);
+    const auto specials = bpe.special_tokens();
+    std::map<TokenId, std::string> special_of_id;
+    for (const auto& [text, id] : specials) special_of_id[id] = text;
+    for (TokenId id = 0; id < bpe.vocab_size(); ++id) {
+      const auto special = special_of_id.find(id);
+      if (special != special_of_id.end()) {
+        tokens.push_back(special->second);
+        types.push_back(kTokenControl);
+      } else {
+        tokens.push_back(gpt2_bytes_to_unicode(bpe.token_bytes(id)));
+        types.push_back(kTokenNormal);
+      }
+    }
+    for (const auto& [a, b] : bpe.merges())
+      merges.push_back(gpt2_bytes_to_unicode(bpe.token_bytes(a)) + " " + gpt2_bytes_to_unicode(bpe.token_bytes(b)));
+    pre = "gpt-2";
+  } else if (kind == "char") {
+    // One token per byte of the alphabet and no merges: llama.cpp's BPE then leaves every byte a
+    // token of its own, whatever its pre-tokenizer splits.
+    const auto& chars = dynamic_cast<const CharTokenizer&>(tok);
+    for (unsigned char byte : chars.alphabet()) {
+      tokens.push_back(gpt2_bytes_to_unicode(std::string(1, static_cast<char>(byte))));
+      types.push_back(kTokenNormal);
+    }
+    pre = "gpt-2";
+  } else {
+    fail_unsupported("tokenizer",
+                     "the model's tokenizer is of kind '{}': only byte-level BPE (\"byte-bpe\") and \"char\" "
+                     "vocabularies have a llama.cpp form (Sennrich BPE leaves the space between two words "
+                     "implicit, which no llama.cpp tokenizer reproduces)",
+                     kind);
+  }
+  md.emplace_back("tokenizer.ggml.model", GgufValue::string("gpt2"));
+  md.emplace_back("tokenizer.ggml.pre", GgufValue::string(pre));
+  md.emplace_back("tokenizer.ggml.tokens", GgufValue::string_array(std::move(tokens)));
+  md.emplace_back("tokenizer.ggml.token_type", GgufValue::int_array(GgufType::I32, std::move(types)));
+  md.emplace_back("tokenizer.ggml.merges", GgufValue::string_array(std::move(merges)));
+  if (const auto eot = tok.eot_id()) {
+    md.emplace_back("tokenizer.ggml.bos_token_id", GgufValue::u32(static_cast<uint32_t>(*eot)));
+    md.emplace_back("tokenizer.ggml.eos_token_id", GgufValue::u32(static_cast<uint32_t>(*eot)));
+  }
+  md.emplace_back("tokenizer.ggml.add_bos_token", GgufValue::boolean(false));
+  md.emplace_back("tokenizer.ggml.add_eos_token", GgufValue::boolean(false));
+}
+
+// ---- the probe of the GELU change --------------------------------------------------------------
+
+// The largest |p_tanh - p_erf| over every next-token probability of a seeded batch of random
+// tokens (4 sequences of up to 64 tokens), and the number of positions it covered.
+std::pair<double, int64_t> gelu_probability_change(Model& model) {
+  const ModelConfig& c = model.config();
+  ModelConfig tanh_config = c;
+  tanh_config.activation = Activation::GeluTanh;
+  Model tanh_model(tanh_config);
+  TF_CHECK(tanh_model.params().size() == model.params().size(), "gelu probe: parameter layouts differ");
+  std::copy(model.params().data(), model.params().data() + model.params().size(), tanh_model.params().data());
+  const int64_t batch = 4, T = std::min<int64_t>(64, c.context_length), V = c.vocab_size;
+  Rng rng(20261201);
+  std::vector<TokenId> ids(static_cast<size_t>(batch * T));
+  for (auto& id : ids) id = static_cast<TokenId>(rng.next_u64() % static_cast<uint64_t>(V));
+  std::vector<float> a(static_cast<size_t>(batch * T * V)), b(a.size());
+  model.forward(a.data(), ids.data(), batch, T);
+  tanh_model.forward(b.data(), ids.data(), batch, T);
+  softmax_forward<float>(a.data(), a.data(), batch * T, V);
+  softmax_forward<float>(b.data(), b.data(), batch * T, V);
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::fabs(static_cast<double>(a[i]) - b[i]));
+  return {worst, batch * T};
+}
+
+}  // namespace
+
+GgufExportType parse_gguf_export_type(const std::string& s, const std::string& flag) {
+  if (s == "f32") return GgufExportType::F32;
+  if (s == "f16") return GgufExportType::F16;
+  if (s == "bf16") return GgufExportType::BF16;
+  fail_input(flag, "{}: unknown type '{}' (f32, f16 or bf16)", flag, s);
+}
+
+std::string gguf_architecture_for(const ModelConfig& c) {
+  if (c.norm_placement != NormPlacement::Pre)
+    fail_unsupported("norm_placement",
+                     "norm_placement \"{}\": every llama.cpp architecture normalises before the attention and the "
+                     "feed-forward (pre-LN); a post-LN model has no GGUF form",
+                     to_string(c.norm_placement));
+  if (c.norm == NormKind::LayerNorm) {
+    if (c.activation == Activation::SwiGLU)
+      fail_unsupported("activation",
+                       "activation \"swiglu\" with norm \"layernorm\": no llama.cpp architecture computes that pair "
+                       "(gpt2 has LayerNorm with GELU, llama RMSNorm with SwiGLU)");
+    if (c.positions == Positions::Rope || c.positions == Positions::None)
+      fail_unsupported("positions",
+                       "positions \"{}\" with norm \"layernorm\": llama.cpp's gpt2 architecture needs a position table "
+                       "(\"learned\" or \"sinusoidal\")",
+                       to_string(c.positions));
+    return "gpt2";
+  }
+  if (c.activation != Activation::SwiGLU)
+    fail_unsupported("activation",
+                     "activation \"{}\" with norm \"rmsnorm\": llama.cpp's llama architecture computes SwiGLU "
+                     "(gpt2 needs LayerNorm)",
+                     to_string(c.activation));
+  if (c.positions != Positions::Rope)
+    fail_unsupported("positions",
+                     "positions \"{}\" with norm \"rmsnorm\": llama.cpp's llama architecture rotates queries and keys "
+                     "(RoPE) and has no position table",
+                     to_string(c.positions));
+  return "llama";
+}
+
+GgufExportReport export_gguf(const std::string& path, Model& model, const Tokenizer& tokenizer,
+                             const std::string& chat_template, GgufExportType type) {
+  const ModelConfig& c = model.config();
+  GgufExportReport report;
+  report.architecture = gguf_architecture_for(c);
+  if (tokenizer.vocab_size() != c.vocab_size)
+    fail_input("tokenizer", "the tokenizer has {} tokens but the model's vocab_size is {}", tokenizer.vocab_size(),
+               c.vocab_size);
+  const std::string& arch = report.architecture;
+  const bool gpt2 = arch == "gpt2";
+  const int64_t d = c.d_model, hd = c.head_dim(), dq = c.n_heads * hd, dkv = c.n_kv_heads * hd;
+  auto& arena = model.params();
+  auto values = [&](const std::string& name) {
+    const auto* e = arena.find(name);
+    TF_CHECK(e != nullptr, "export: the model has no tensor '{}'", name);
+    const float* p = arena.data() + e->offset;
+    return std::vector<float>(p, p + e->shape.numel());
+  };
+  auto has = [&](const std::string& name) { return arena.contains(name); };
+
+  std::vector<OutTensor> out;
+  auto matrix = [&](std::string name, int64_t rows, int64_t cols, std::vector<float> v) {
+    out.push_back({std::move(name), {rows, cols}, std::move(v), true});
+  };
+  auto vector = [&](std::string name, int64_t n, std::vector<float> v) {
+    out.push_back({std::move(name), {n}, std::move(v), false});
+  };
+  // A bias: the model's, or zeros where the architecture requires the tensor.
+  auto bias = [&](const std::string& gguf_name, const std::string& name, int64_t n, bool required) {
+    if (has(name))
+      vector(gguf_name, n, values(name));
+    else if (required)
+      vector(gguf_name, n, std::vector<float>(static_cast<size_t>(n), 0.0f));
+  };
+
+  matrix("token_embd.weight", c.vocab_size, d, values("tok_embeddings.weight"));
+  if (gpt2) {
+    if (c.positions == Positions::Learned) {
+      matrix("position_embd.weight", c.context_length, d, values("pos_embeddings.weight"));
+    } else {
+      matrix("position_embd.weight", c.context_length, d, sinusoidal_table<float>(c));
+      report.notes.push_back("positions: \"sinusoidal\" written as the position table (position_embd.weight)");
+    }
+  }
+  const bool halves = !gpt2 && c.rope_pairing == RopePairing::Halves;
+  for (int64_t i = 0; i < c.n_layers; ++i) {
+    const std::string t = "layers." + std::to_string(i) + ".", g = "blk." + std::to_string(i) + ".";
+    vector(g + "attn_norm.weight", d, values(t + "attn_norm.weight"));
+    if (gpt2) {
+      vector(g + "attn_norm.bias", d, values(t + "attn_norm.bias"));
+      std::vector<float> qkv = values(t + "attn.wq.weight");
+      for (const char* w : {"attn.wk.weight", "attn.wv.weight"}) {
+        const auto part = values(t + w);
+        qkv.insert(qkv.end(), part.begin(), part.end());
+      }
+      matrix(g + "attn_qkv.weight", dq + 2 * dkv, d, std::move(qkv));
+      std::vector<float> qkv_bias(static_cast<size_t>(dq + 2 * dkv), 0.0f);
+      if (c.bias) {
+        size_t at = 0;
+        for (const char* b : {"attn.wq.bias", "attn.wk.bias", "attn.wv.bias"}) {
+          const auto part = values(t + b);
+          std::copy(part.begin(), part.end(), qkv_bias.begin() + static_cast<std::ptrdiff_t>(at));
+          at += part.size();
+        }
+      }
+      vector(g + "attn_qkv.bias", dq + 2 * dkv, std::move(qkv_bias));
+      matrix(g + "attn_output.weight", d, dq, values(t + "attn.wo.weight"));
+      bias(g + "attn_output.bias", t + "attn.wo.bias", d, true);
+      vector(g + "ffn_norm.weight", d, values(t + "ffn_norm.weight"));
+      vector(g + "ffn_norm.bias", d, values(t + "ffn_norm.bias"));
+      matrix(g + "ffn_up.weight", c.d_ff, d, values(t + "ffn.w1.weight"));
+      bias(g + "ffn_up.bias", t + "ffn.w1.bias", c.d_ff, true);
+      matrix(g + "ffn_down.weight", d, c.d_ff, values(t + "ffn.w2.weight"));
+      bias(g + "ffn_down.bias", t + "ffn.w2.bias", d, true);
+    } else {
+      auto q = values(t + "attn.wq.weight"), k = values(t + "attn.wk.weight");
+      if (halves) {
+        q = permute_rope_rows(q.data(), c.n_heads, hd, d, false);
+        k = permute_rope_rows(k.data(), c.n_kv_heads, hd, d, false);
+      }
+      matrix(g + "attn_q.weight", dq, d, std::move(q));
+      matrix(g + "attn_k.weight", dkv, d, std::move(k));
+      matrix(g + "attn_v.weight", dkv, d, values(t + "attn.wv.weight"));
+      if (c.bias) {
+        auto bq = values(t + "attn.wq.bias"), bk = values(t + "attn.wk.bias");
+        if (halves) {
+          bq = permute_rope_rows(bq.data(), c.n_heads, hd, 1, false);
+          bk = permute_rope_rows(bk.data(), c.n_kv_heads, hd, 1, false);
+        }
+        vector(g + "attn_q.bias", dq, std::move(bq));
+        vector(g + "attn_k.bias", dkv, std::move(bk));
+        vector(g + "attn_v.bias", dkv, values(t + "attn.wv.bias"));
+      }
+      matrix(g + "attn_output.weight", d, dq, values(t + "attn.wo.weight"));
+      bias(g + "attn_output.bias", t + "attn.wo.bias", d, false);
+      vector(g + "ffn_norm.weight", d, values(t + "ffn_norm.weight"));
+      matrix(g + "ffn_gate.weight", c.d_ff, d, values(t + "ffn.w1.weight"));
+      bias(g + "ffn_gate.bias", t + "ffn.w1.bias", c.d_ff, false);
+      matrix(g + "ffn_up.weight", c.d_ff, d, values(t + "ffn.w3.weight"));
+      bias(g + "ffn_up.bias", t + "ffn.w3.bias", c.d_ff, false);
+      matrix(g + "ffn_down.weight", d, c.d_ff, values(t + "ffn.w2.weight"));
+      bias(g + "ffn_down.bias", t + "ffn.w2.bias", d, false);
+    }
+  }
+  vector("output_norm.weight", d, values("norm.weight"));
+  if (gpt2) vector("output_norm.bias", d, values("norm.bias"));
+  // Both architectures fall back to token_embd.weight when output.weight is absent (llama.cpp's
+  // TENSOR_DUPLICATED), so a tied model writes its embedding once.
+  if (!c.tied_embeddings) matrix("output.weight", c.vocab_size, d, values("output.weight"));
+  if (gpt2 && !c.bias) report.notes.push_back("bias: false written as zero biases (llama.cpp's gpt2 requires them)");
+  if (halves)
+    report.notes.push_back(
+        "rope_pairing: \"halves\" written with each query and key head's rows permuted to llama.cpp's adjacent pairs");
+
+  // Metadata: the keys llama.cpp reads for this architecture, with the value types it checks.
+  Metadata md;
+  md.emplace_back("general.architecture", GgufValue::string(arch));
+  md.emplace_back("general.name", GgufValue::string("tformer"));
+  md.emplace_back("general.file_type", GgufValue::u32(file_type_of(type)));
+  md.emplace_back("general.alignment", GgufValue::u32(kGgufDefaultAlignment));
+  auto key = [&](const std::string& k, GgufValue v) { md.emplace_back(arch + "." + k, std::move(v)); };
+  auto count = [](int64_t v) { return GgufValue::u32(static_cast<uint32_t>(v)); };
+  key("context_length", count(c.context_length));
+  key("embedding_length", count(d));
+  key("block_count", count(c.n_layers));
+  key("feed_forward_length", count(c.d_ff));
+  key("attention.head_count", count(c.n_heads));
+  key("attention.head_count_kv", count(c.n_kv_heads));
+  key("vocab_size", count(c.vocab_size));
+  if (gpt2) {
+    key("attention.layer_norm_epsilon", GgufValue::f32(static_cast<float>(c.norm_eps)));
+  } else {
+    key("attention.layer_norm_rms_epsilon", GgufValue::f32(static_cast<float>(c.norm_eps)));
+    key("rope.freq_base", GgufValue::f32(static_cast<float>(c.rope_base)));
+    key("rope.dimension_count", count(hd));
+    // llama.cpp ignores keys it does not know; tformer reads this one back, so that a "halves"
+    // model comes home with its own rows (and bit-identical logits).
+    md.emplace_back("tformer.rope_pairing", GgufValue::string(to_string(c.rope_pairing)));
+  }
+  add_tokenizer_metadata(md, tokenizer);
+  if (!chat_template.empty()) md.emplace_back("tokenizer.chat_template", GgufValue::string(chat_template));
+
+  const GgmlType matrix_type = ggml_type_of(type);
+  std::vector<std::vector<uint8_t>> bytes;
+  bytes.reserve(out.size());
+  std::vector<GgufTensorToWrite> tensors;
+  for (const auto& t : out) {
+    const GgmlType tt = t.matrix ? matrix_type : GgmlType::F32;
+    bytes.push_back(encode_values(t.values, tt));
+    std::vector<int64_t> ne(t.shape.rbegin(), t.shape.rend());
+    tensors.push_back({t.name, std::move(ne), static_cast<uint32_t>(tt), bytes.back().data(), bytes.back().size()});
+    report.file_bytes += bytes.back().size();
+  }
+  report.n_tensors = static_cast<int64_t>(tensors.size());
+  if (c.activation == Activation::Gelu) {
+    report.gelu_changed = true;
+    std::tie(report.gelu_max_prob_change, report.probe_tokens) = gelu_probability_change(model);
+  }
+  write_gguf(path, md, tensors);
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(path, ec);
+  if (!ec) report.file_bytes = size;
+  return report;
+}
+
+// ---- import --------------------------------------------------------------------------------------
+
+bool is_gguf_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  uint32_t magic = 0;
+  if (!in.read(reinterpret_cast<char*>(&magic), 4)) return false;
+  return magic == kGgufMagic;
+}
+
+namespace {
+
+class GgufReader {
+ public:
+  explicit GgufReader(const GgufFile& f) : f_(f) {}
+
+  const GgufValue& value(const std::string& key) const {
+    const GgufValue* v = f_.find_value(key);
+    if (!v) fail_file(key, "{}: missing key {}", f_.path(), key);
+    return *v;
+  }
+  bool has(const std::string& key) const { return f_.find_value(key) != nullptr; }
+
+  // A positive integer of any integer type (llama.cpp writes u32), at most `limit`.
+  int64_t count(const std::string& key, int64_t limit = int64_t{1} << 31) const {
+    const GgufValue& v = value(key);
+    if (!is_integer(v.type)) fail_file(key, "{}: {} is a {}, not an integer", f_.path(), key, to_string(v.type));
+    if (v.i <= 0 || v.i > limit || (v.type == GgufType::U64 && v.u > static_cast<uint64_t>(limit)))
+      fail_file(key, "{}: {} = {} is out of range (1 .. {})", f_.path(), key, v.u, limit);
+    return v.i;
+  }
+  int64_t count_or(const std::string& key, int64_t fallback) const { return has(key) ? count(key) : fallback; }
+  double real(const std::string& key) const {
+    const GgufValue& v = value(key);
+    if (v.type != GgufType::F32 && v.type != GgufType::F64)
+      fail_file(key, "{}: {} is a {}, not a float", f_.path(), key, to_string(v.type));
+    if (!std::isfinite(v.f)) fail_file(key, "{}: {} is not finite", f_.path(), key);
+    return v.f;
+  }
+  std::string string_or(const std::string& key, const std::string& fallback) const {
+    if (!has(key)) return fallback;
+    const GgufValue& v = value(key);
+    if (v.type != GgufType::String) fail_file(key, "{}: {} is a {}, not a string", f_.path(), key, to_string(v.type));
+    return v.s;
+  }
+  const std::vector<std::string>& strings(const std::string& key) const {
+    const GgufValue& v = value(key);
+    if (v.type != GgufType::Array || v.array_type != GgufType::String)
+      fail_file(key, "{}: {} is not an array of strings", f_.path(), key);
+    return v.strings;
+  }
+
+ private:
+  static bool is_integer(GgufType t) {
+    switch (t) {
+      case GgufType::U8:
+      case GgufType::I8:
+      case GgufType::U16:
+      case GgufType::I16:
+      case GgufType::U32:
+      case GgufType::I32:
+      case GgufType::U64:
+      case GgufType::I64:
+        return true;
+      default:
+        return false;
+    }
+  }
+  const GgufFile& f_;
+};
+
+// The values of a tensor as floats, after checking its row-major shape.
+std::vector<float> read_floats(const GgufFile& f, const std::string& name, const std::vector<int64_t>& shape) {
+  const GgufTensor& t = f.tensor(name);
+  const std::vector<int64_t> ne(shape.rbegin(), shape.rend());
+  if (t.ne != ne) {
+    auto dims = [](const std::vector<int64_t>& v) {
+      std::string s = "[";
+      for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+      return s + "]";
+    };
+    fail_file(name, "{}: tensor {} has ne {} but the model's keys imply {}", f.path(), name, dims(t.ne), dims(ne));
+  }
+  const auto n = static_cast<size_t>(t.numel());
+  std::vector<float> out(n);
+  if (t.type == static_cast<uint32_t>(GgmlType::F32)) {
+    f.read_bytes(t, out.data(), t.nbytes);
+  } else if (t.type == static_cast<uint32_t>(GgmlType::F16) || t.type == static_cast<uint32_t>(GgmlType::BF16)) {
+    std::vector<uint16_t> half(n);
+    f.read_bytes(t, half.data(), t.nbytes);
+    const bool f16 = t.type == static_cast<uint32_t>(GgmlType::F16);
+    for (size_t i = 0; i < n; ++i) out[i] = f16 ? f16_to_f32(half[i]) : bf16_to_f32(half[i]);
+  } else {
+    fail_unsupported(name, "{}: tensor {} is {}: tformer reads F32, F16 and BF16 tensors", f.path(), name,
+                     ggml_type_name(t.type));
+  }
+  return out;
+}
+
+// The tokenizer of a file whose tokenizer.ggml.model is "gpt2" (byte-level BPE). tformer's
+// ByteBpeTokenizer needs GPT-2's id layout: ids 0..255 the single bytes, merge k making id
+// 256 + k, then the special tokens; a vocabulary without merges whose tokens are single bytes is
+// a "char" vocabulary.
+std::unique_ptr<Tokenizer> read_gpt2_tokenizer(const GgufFile& f, const GgufReader& r) {
+  const auto& tokens = r.strings("tokenizer.ggml.tokens");
+  const std::vector<std::string> no_merges;
+  const auto& merges = r.has("tokenizer.ggml.merges") ? r.strings("tokenizer.ggml.merges") : no_merges;
+  std::vector<int64_t> types;
+  if (r.has("tokenizer.ggml.token_type")) {
+    const GgufValue& v = r.value("tokenizer.ggml.token_type");
+    if (v.type != GgufType::Array || v.ints.size() != tokens.size())
+      fail_file("tokenizer.ggml.token_type", "{}: tokenizer.ggml.token_type must be an integer array of {} entries",
+                f.path(), tokens.size());
+    types = v.ints;
+  }
+  auto token_bytes = [&](size_t id) {
+    auto b = gpt2_unicode_to_bytes(tokens[id]);
+    if (!b)
+      fail_file("tokenizer.ggml.tokens", "{}: tokenizer.ggml.tokens[{}] '{}' is not spelled in GPT-2's byte alphabet",
+                f.path(), id, tokens[id]);
+    return *b;
+  };
+  auto is_special = [&](size_t id) {
+    return !types.empty() && (types[id] == kTokenControl || types[id] == kTokenUserDefined);
+  };
+  if (merges.empty() && tokens.size() <= 256 && std::none_of(tokens.begin(), tokens.end(), [&](const std::string& t) {
+        const auto b = gpt2_unicode_to_bytes(t);
+        return !b || b->size() != 1;
+      })) {
+    std::vector<unsigned char> alphabet;
+    for (size_t i = 0; i < tokens.size(); ++i) alphabet.push_back(static_cast<unsigned char>(token_bytes(i)[0]));
+    return std::make_unique<CharTokenizer>(std::move(alphabet));
+  }
+  const std::string pre = r.string_or("tokenizer.ggml.pre", "default");
+  if (pre != "gpt-2" && pre != "gpt2")
+    fail_unsupported("tokenizer.ggml.pre",
+                     "{}: tokenizer.ggml.pre '{}': tformer's byte-level BPE splits text with GPT-2's pattern "
+                     "(\"gpt-2\") only",
+                     f.path(), pre);
+  const size_t n_specials_start = 256 + merges.size();
+  if (tokens.size() < n_specials_start)
+    fail_file("tokenizer.ggml.tokens", "{}: {} tokens for {} merges: byte-level BPE has 256 byte tokens, one per merge",
+              f.path(), tokens.size(), merges.size());
+  std::array<unsigned char, 256> byte_of_id{};
+  for (size_t id = 0; id < 256; ++id) {
+    const std::string b = token_bytes(id);
+    if (b.size() != 1)
+      fail_unsupported("tokenizer.ggml.tokens",
+                       "{}: token {} '{}' is not a single byte: tformer's byte-level BPE needs ids 0..255 to be the "
+                       "256 bytes, merge k to make id 256 + k, then the special tokens",
+                       f.path(), id, tokens[id]);
+    byte_of_id[id] = static_cast<unsigned char>(b[0]);
+  }
+  std::unordered_map<std::string, TokenId> id_of;
+  for (size_t id = 0; id < n_specials_start; ++id) id_of.emplace(tokens[id], static_cast<TokenId>(id));
+  std::vector<ByteBpeTokenizer::Merge> pairs;
+  pairs.reserve(merges.size());
+  for (size_t k = 0; k < merges.size(); ++k) {
+    const std::string& m = merges[k];
+    const size_t space = m.find(' ');
+    const auto a = space == std::string::npos ? id_of.end() : id_of.find(m.substr(0, space));
+    const auto b = space == std::string::npos ? id_of.end() : id_of.find(m.substr(space + 1));
+    if (a == id_of.end() || b == id_of.end() || tokens[256 + k] != m.substr(0, space) + m.substr(space + 1))
+      fail_unsupported("tokenizer.ggml.merges",
+                       "{}: merge {} '{}' does not make token {} from two tokens: tformer's byte-level BPE needs merge "
+                       "k to make id 256 + k",
+                       f.path(), k, m, 256 + k);
+    pairs.emplace_back(a->second, b->second);
+  }
+  std::map<std::string, TokenId> specials;
+  for (size_t id = n_specials_start; id < tokens.size(); ++id) {
+    if (!is_special(id))
+      fail_unsupported("tokenizer.ggml.tokens",
+                       "{}: token {} '{}' comes after the merges' tokens but is not a control token", f.path(), id,
+                       tokens[id]);
+    specials.emplace(tokens[id], static_cast<TokenId>(id));
+  }
+  return std::make_unique<ByteBpeTokenizer>(byte_of_id, std::move(pairs), std::move(specials));
+}
+
+}  // namespace
+
+LoadedModel load_gguf_model(const std::string& path) {
+  const GgufFile f = GgufFile::open(path);
+  const GgufReader r(f);
+  const GgufValue& arch_value = r.value("general.architecture");
+  if (arch_value.type != GgufType::String)
+    fail_file("general.architecture", "{}: general.architecture is not a string", path);
+  const std::string arch = arch_value.s;
+  if (arch != "gpt2" && arch != "llama")
+    fail_unsupported("general.architecture",
+                     "{}: general.architecture '{}': tformer loads llama.cpp's gpt2 and llama architectures", path,
+                     arch);
+  const bool gpt2 = arch == "gpt2";
+  const std::string p = arch + ".";
+  for (const char* k : {"rope.scaling.type", "rope.scaling.factor", "attention.sliding_window", "expert_count"})
+    if (r.has(p + k))
+      fail_unsupported(p + k, "{}: {}{} is set: tformer computes neither rope scaling, sliding windows nor experts",
+                       path, p, k);
+
+  ModelConfig c;
+  c.context_length = r.count(p + "context_length");
+  c.d_model = r.count(p + "embedding_length");
+  c.n_layers = r.count(p + "block_count", 4096);
+  c.d_ff = r.count(p + "feed_forward_length");
+  c.n_heads = r.count(p + "attention.head_count", 65536);
+  c.n_kv_heads = r.count_or(p + "attention.head_count_kv", c.n_heads);
+  const GgufTensor& embd = f.tensor("token_embd.weight");
+  if (embd.ne.size() != 2 || embd.ne[0] != c.d_model)
+    fail_file("token_embd.weight", "{}: token_embd.weight must have ne [{}, vocab]", path, c.d_model);
+  c.vocab_size = embd.ne[1];
+  c.tied_embeddings = f.find_tensor("output.weight") == nullptr;
+  c.norm_placement = NormPlacement::Pre;
+  if (gpt2) {
+    c.norm = NormKind::LayerNorm;
+    c.activation = Activation::GeluTanh;
+    c.positions = Positions::Learned;
+    c.bias = true;
+    c.norm_eps = r.real(p + "attention.layer_norm_epsilon");
+  } else {
+    c.norm = NormKind::RMSNorm;
+    c.activation = Activation::SwiGLU;
+    c.positions = Positions::Rope;
+    c.norm_eps = r.real(p + "attention.layer_norm_rms_epsilon");
+    c.rope_base = r.has(p + "rope.freq_base") ? r.real(p + "rope.freq_base") : 10000.0;
+    c.bias = f.find_tensor("blk.0.attn_q.bias") != nullptr;
+    const std::string pairing = r.string_or("tformer.rope_pairing", "adjacent");
+    if (pairing != "adjacent" && pairing != "halves")
+      fail_file("tformer.rope_pairing", "{}: tformer.rope_pairing '{}' is neither adjacent nor halves", path, pairing);
+    c.rope_pairing = pairing == "halves" ? RopePairing::Halves : RopePairing::Adjacent;
+  }
+  if (c.d_model % c.n_heads != 0)
+    fail_file(p + "attention.head_count", "{}: embedding_length {} is not a multiple of head_count {}", path, c.d_model,
+              c.n_heads);
+  if (!gpt2 && r.has(p + "rope.dimension_count") && r.count(p + "rope.dimension_count") != c.d_model / c.n_heads)
+    fail_unsupported(p + "rope.dimension_count",
+                     "{}: {}rope.dimension_count is not the head width {}: tformer rotates "
+                     "whole heads",
+                     path, p, c.d_model / c.n_heads);
+  try {
+    c.validate();
+  } catch (const Error& e) {
+    fail_file(e.field(), "{}: the model's keys give an invalid config: {}", path, e.what());
+  }
+
+  // Every tensor the file has must be one the config accounts for.
+  const int64_t d = c.d_model, hd = c.head_dim(), dq = c.n_heads * hd, dkv = c.n_kv_heads * hd;
+  ModelParams<float> layout;
+  layout.layers.resize(static_cast<size_t>(c.n_layers));
+  const uint64_t param_bytes = [&] {
+    uint64_t total = 0;
+    visit_model_tensors(layout, c, [&](const std::string&, const Shape& s, auto&) {
+      total += static_cast<uint64_t>(s.numel()) * sizeof(float);
+    });
+    return total;
+  }();
+  const uint64_t available = available_memory_bytes();
+  if (param_bytes > available)
+    fail_file(path, "{}: the model's float32 weights take {} bytes ({} GB) but only {} bytes of memory are available",
+              path, param_bytes, static_cast<double>(param_bytes) / 1e9, available);
+
+  LoadedModel out;
+  out.model = std::make_unique<Model>(c);
+  auto& arena = out.model->params();
+  std::map<std::string, bool> used;
+  for (const auto& t : f.tensors()) used[t.name] = false;
+  auto take = [&](const std::string& name, const std::vector<int64_t>& shape) {
+    used[name] = true;
+    return read_floats(f, name, shape);
+  };
+  auto put = [&](const std::string& name, const std::vector<float>& v, size_t from = 0) {
+    const auto* e = arena.find(name);
+    TF_CHECK(e != nullptr, "gguf import: the model has no tensor '{}'", name);
+    const auto n = static_cast<size_t>(e->shape.numel());
+    TF_CHECK(from + n <= v.size(), "gguf import: tensor '{}' is short", name);
+    std::copy(v.begin() + static_cast<std::ptrdiff_t>(from), v.begin() + static_cast<std::ptrdiff_t>(from + n),
+              arena.data() + e->offset);
+  };
+  auto copy = [&](const std::string& gguf_name, const std::string& name, const std::vector<int64_t>& shape) {
+    put(name, take(gguf_name, shape));
+  };
+  copy("token_embd.weight", "tok_embeddings.weight", {c.vocab_size, d});
+  if (gpt2) copy("position_embd.weight", "pos_embeddings.weight", {c.context_length, d});
+  const bool halves = !gpt2 && c.rope_pairing == RopePairing::Halves;
+  for (int64_t i = 0; i < c.n_layers; ++i) {
+    const std::string t = "layers." + std::to_string(i) + ".", g = "blk." + std::to_string(i) + ".";
+    copy(g + "attn_norm.weight", t + "attn_norm.weight", {d});
+    copy(g + "ffn_norm.weight", t + "ffn_norm.weight", {d});
+    copy(g + "attn_output.weight", t + "attn.wo.weight", {d, dq});
+    copy(g + "ffn_down.weight", t + "ffn.w2.weight", {d, c.d_ff});
+    if (gpt2) {
+      copy(g + "attn_norm.bias", t + "attn_norm.bias", {d});
+      copy(g + "ffn_norm.bias", t + "ffn_norm.bias", {d});
+      const auto qkv = take(g + "attn_qkv.weight", {dq + 2 * dkv, d});
+      put(t + "attn.wq.weight", qkv, 0);
+      put(t + "attn.wk.weight", qkv, static_cast<size_t>(dq * d));
+      put(t + "attn.wv.weight", qkv, static_cast<size_t>((dq + dkv) * d));
+      const auto qkv_b = take(g + "attn_qkv.bias", {dq + 2 * dkv});
+      put(t + "attn.wq.bias", qkv_b, 0);
+      put(t + "attn.wk.bias", qkv_b, static_cast<size_t>(dq));
+      put(t + "attn.wv.bias", qkv_b, static_cast<size_t>(dq + dkv));
+      copy(g + "attn_output.bias", t + "attn.wo.bias", {d});
+      copy(g + "ffn_up.weight", t + "ffn.w1.weight", {c.d_ff, d});
+      copy(g + "ffn_up.bias", t + "ffn.w1.bias", {c.d_ff});
+      copy(g + "ffn_down.bias", t + "ffn.w2.bias", {d});
+    } else {
+      auto q = take(g + "attn_q.weight", {dq, d}), k = take(g + "attn_k.weight", {dkv, d});
+      if (halves) {
+        q = permute_rope_rows(q.data(), c.n_heads, hd, d, true);
+        k = permute_rope_rows(k.data(), c.n_kv_heads, hd, d, true);
+      }
+      put(t + "attn.wq.weight", q);
+      put(t + "attn.wk.weight", k);
+      copy(g + "attn_v.weight", t + "attn.wv.weight", {dkv, d});
+      copy(g + "ffn_gate.weight", t + "ffn.w1.weight", {c.d_ff, d});
+      copy(g + "ffn_up.weight", t + "ffn.w3.weight", {c.d_ff, d});
+      if (c.bias) {
+        auto bq = take(g + "attn_q.bias", {dq}), bk = take(g + "attn_k.bias", {dkv});
+        if (halves) {
+          bq = permute_rope_rows(bq.data(), c.n_heads, hd, 1, true);
+          bk = permute_rope_rows(bk.data(), c.n_kv_heads, hd, 1, true);
+        }
+        put(t + "attn.wq.bias", bq);
+        put(t + "attn.wk.bias", bk);
+        copy(g + "attn_v.bias", t + "attn.wv.bias", {dkv});
+        // llama.cpp makes each of these optional; tformer's bias flag covers all of them at once,
+        // so a missing one reads as zeros.
+        for (const auto& [gn, tn, n] :
+             {std::tuple{"attn_output.bias", "attn.wo.bias", d}, std::tuple{"ffn_gate.bias", "ffn.w1.bias", c.d_ff},
+              std::tuple{"ffn_up.bias", "ffn.w3.bias", c.d_ff}, std::tuple{"ffn_down.bias", "ffn.w2.bias", d}}) {
+          if (f.find_tensor(g + gn)) copy(g + gn, t + tn, {n});
+        }
+      }
+    }
+  }
+  copy("output_norm.weight", "norm.weight", {d});
+  if (gpt2) copy("output_norm.bias", "norm.bias", {d});
+  if (!c.tied_embeddings) copy("output.weight", "output.weight", {c.vocab_size, d});
+  for (const auto& [name, was_used] : used)
+    if (!was_used)
+      fail_unsupported(name, "{}: tensor {} is not part of llama.cpp's {} architecture as tformer computes it", path,
+                       name, arch);
+
+  const std::string model_kind = r.string_or("tokenizer.ggml.model", "none");
+  if (model_kind == "gpt2") {
+    out.tokenizer = read_gpt2_tokenizer(f, r);
+    if (out.tokenizer->vocab_size() != c.vocab_size)
+      fail_file("tokenizer.ggml.tokens", "{}: {} tokens but token_embd.weight has {} rows", path,
+                out.tokenizer->vocab_size(), c.vocab_size);
+  } else if (model_kind != "none") {
+    fail_unsupported("tokenizer.ggml.model",
+                     "{}: tokenizer.ggml.model '{}': tformer reads \"gpt2\" (byte-level BPE) vocabularies", path,
+                     model_kind);
+  }
+  out.chat_template = r.string_or("tokenizer.chat_template", "");
+  return out;
+}
+
+}  // namespace tformer

@@ -1,0 +1,73 @@
+// tformer models in llama.cpp's GGUF files, out and in (docs/gguf.md has the whole mapping).
+//
+// Export picks the llama.cpp architecture that computes exactly what the config computes:
+//   gpt2   pre-LN, LayerNorm, GELU, learned or sinusoidal positions (written as the position
+//          table), biases (bias: false is written as zero biases: gpt2 requires the tensors).
+//          llama.cpp's gpt2 computes GELU in its tanh form: an erf-GELU model ("gelu") is written
+//          unchanged and the report says how far the tanh form moves its next-token probabilities.
+//   llama  pre-LN, RMSNorm, SwiGLU, RoPE, MHA/GQA/MQA, with or without biases. llama.cpp rotates
+//          adjacent pairs (2i, 2i+1): a "halves" model has the rows of each query and key head
+//          permuted (row 2i <- i, row 2i+1 <- i + hd/2), which leaves every score unchanged.
+// Anything else (post-LN, no positions, LayerNorm with SwiGLU, ...) is refused with an error that
+// names the config key no llama.cpp architecture computes.
+//
+// Tensor names are llama.cpp's (token_embd.weight, blk.N.attn_q.weight, ...); matrices are written
+// in the chosen type (F32, F16 or BF16), norms and biases always in F32, as llama.cpp's converter does.
+//
+// The tokenizer goes into tokenizer.ggml.*:
+//   "byte-bpe"  model "gpt2" with tokens spelled in GPT-2's byte alphabet, merges, pre "gpt-2",
+//               special tokens as control tokens, <|endoftext|> as BOS and EOS.
+//   "char"      model "gpt2" with the 256 single-byte tokens (id = byte) and no merges: llama.cpp
+//               then gives one token per byte, as tformer does.
+//   "bpe"       (Sennrich) refused: its ids leave the space between two words implicit, which no
+//               llama.cpp tokenizer reproduces.
+//
+// Import reads llama.cpp's gpt2 and llama architectures (F32, F16 and BF16 tensors) with the
+// tokenizer the file carries; unknown architectures, tensor types, tensors, tokenizers and missing
+// keys are errors naming them. Both directions keep a chat template (tokenizer.chat_template).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/checkpoint.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+
+namespace tformer {
+
+enum class GgufExportType { F32, F16, BF16 };
+// "f32" | "f16" | "bf16"; anything else is an error naming `flag`.
+GgufExportType parse_gguf_export_type(const std::string& s, const std::string& flag = "--type");
+
+struct GgufExportReport {
+  std::string architecture;  // "gpt2" or "llama"
+  int64_t n_tensors = 0;
+  uint64_t file_bytes = 0;
+  // Set when the model uses erf GELU and llama.cpp computes the tanh form: the largest change of
+  // any next-token probability over the probe batch, and its size.
+  bool gelu_changed = false;
+  double gelu_max_prob_change = 0;
+  int64_t probe_tokens = 0;
+  // What the export changed or filled in, one line each ("bias: false written as zero biases").
+  std::vector<std::string> notes;
+};
+
+// The llama.cpp architecture for a config, or an Unsupported error naming the config key.
+std::string gguf_architecture_for(const ModelConfig& config);
+
+// Writes `model` (with `tokenizer`, required, and `chat_template`, written when not empty) as a
+// GGUF version 3 file, atomically (core/file_io.h).
+GgufExportReport export_gguf(const std::string& path, Model& model, const Tokenizer& tokenizer,
+                             const std::string& chat_template, GgufExportType type);
+
+// True when the file starts with the GGUF magic.
+bool is_gguf_file(const std::string& path);
+
+// A model and its tokenizer from a GGUF file of architecture gpt2 or llama. Validates every key
+// and tensor first, and refuses a model whose float32 weights exceed the memory available,
+// naming the size, before allocating them.
+LoadedModel load_gguf_model(const std::string& path);
+
+}  // namespace tformer
