@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -408,12 +409,19 @@ class GgufReader {
     return v.i;
   }
   int64_t count_or(const std::string& key, int64_t fallback) const { return has(key) ? count(key) : fallback; }
+  // A float32 key is read as the shortest decimal that rounds to it (1e-5, not
+  // 9.99999974e-06): the value the writer meant, and the same float32 again when written back.
   double real(const std::string& key) const {
     const GgufValue& v = value(key);
     if (v.type != GgufType::F32 && v.type != GgufType::F64)
       fail_file(key, "{}: {} is a {}, not a float", f_.path(), key, to_string(v.type));
     if (!std::isfinite(v.f)) fail_file(key, "{}: {} is not finite", f_.path(), key);
-    return v.f;
+    if (v.type == GgufType::F64) return v.f;
+    char buf[32];
+    const auto res = std::to_chars(buf, buf + sizeof buf, static_cast<float>(v.f));
+    double shortest = v.f;
+    std::from_chars(buf, res.ptr, shortest);
+    return shortest;
   }
   std::string string_or(const std::string& key, const std::string& fallback) const {
     if (!has(key)) return fallback;

@@ -1,0 +1,454 @@
+// model/gguf_model.h: tformer models out to llama.cpp's GGUF and back in. Round trips give
+// bit-identical logits; the RoPE permutation is checked on the rows themselves and on what it
+// computes; F16/BF16 weights come back as the rounded values; configs and tokenizers that no
+// llama.cpp architecture computes are refused by name; broken or foreign files are errors naming
+// the key or tensor. (What llama.cpp itself computes from these files: test_model_gguf_llama_cpp.)
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/float16.h"
+#include "core/rng.h"
+#include "io/gguf.h"
+#include "kernels/softmax.h"
+#include "model/checkpoint.h"
+#include "model/gguf_model.h"
+#include "test_util.h"
+#include "tokenizer/byte_bpe.h"
+#include "tokenizer/byte_bpe_train.h"
+#include "tokenizer/char_tokenizer.h"
+#include "tokenizer/sennrich_tokenizer.h"
+
+namespace tformer {
+namespace {
+
+ModelConfig config(const char* overrides) {
+  auto j = nlohmann::json::parse(R"({"vocab_size": 256, "context_length": 24, "d_model": 16, "n_layers": 2,
+                                     "n_heads": 4, "d_ff": 24})");
+  j.update(nlohmann::json::parse(overrides));
+  ModelConfig c = ModelConfig::from_json(j, "test");
+  c.validate();
+  return c;
+}
+
+const char* kLlama = R"({"norm": "rmsnorm", "positions": "rope", "activation": "swiglu", "bias": false})";
+
+// Every parameter refilled with seeded values: matrices N(0, 0.3^2), biases U(-0.2, 0.2), norm
+// gains 1 + U(-0.3, 0.3), so that no tensor is symmetric and a swapped one shows.
+std::unique_ptr<Model> random_model(const ModelConfig& c, uint64_t seed) {
+  auto m = std::make_unique<Model>(c);
+  Rng rng(seed);
+  for (const auto& e : m->params().entries()) {
+    float* p = m->params().data() + e.offset;
+    for (int64_t i = 0; i < e.shape.numel(); ++i) {
+      if (e.name.ends_with(".bias"))
+        p[i] = 0.4f * rng.uniform() - 0.2f;
+      else if (e.name.ends_with("norm.weight"))
+        p[i] = 1.0f + 0.6f * rng.uniform() - 0.3f;
+      else
+        p[i] = static_cast<float>(0.3 * rng.normal());
+    }
+  }
+  return m;
+}
+
+std::vector<float> logits_of(Model& m, const std::vector<TokenId>& ids) {
+  std::vector<float> out(ids.size() * static_cast<size_t>(m.config().vocab_size));
+  m.forward(out.data(), ids.data(), 1, static_cast<int64_t>(ids.size()));
+  return out;
+}
+
+std::vector<TokenId> some_ids(int64_t n, int64_t vocab) {
+  std::vector<TokenId> ids;
+  for (int64_t i = 0; i < n; ++i) ids.push_back(static_cast<TokenId>((i * 37 + 11) % vocab));
+  return ids;
+}
+
+const float* tensor_of(Model& m, const std::string& name) {
+  const auto* e = m.params().find(name);
+  EXPECT_NE(e, nullptr) << name;
+  return m.params().data() + e->offset;
+}
+
+class GgufModelTest : public ::testing::Test {
+ protected:
+  std::string path(const std::string& name) const { return (tmp_.path() / name).string(); }
+  test::TempDir tmp_;
+};
+
+// ---- round trips --------------------------------------------------------------------------------
+
+TEST_F(GgufModelTest, RoundTripThroughF32GivesBitIdenticalLogits) {
+  const char* configs[] = {
+      R"({"norm": "rmsnorm", "positions": "rope", "activation": "swiglu", "bias": false, "n_kv_heads": 2,
+          "tied_embeddings": false, "rope_pairing": "halves"})",
+      R"({"norm": "rmsnorm", "positions": "rope", "activation": "swiglu", "bias": true, "n_kv_heads": 1,
+          "rope_pairing": "adjacent", "rope_base": 500})",
+      R"({"activation": "gelu_tanh", "positions": "learned"})",
+      R"({"activation": "gelu_tanh", "positions": "learned", "n_kv_heads": 2, "tied_embeddings": false})",
+  };
+  const auto tok = CharTokenizer::bytes();
+  for (const char* cfg : configs) {
+    SCOPED_TRACE(cfg);
+    auto m = random_model(config(cfg), 5);
+    export_gguf(path("m.gguf"), *m, tok, "", GgufExportType::F32);
+    ASSERT_TRUE(is_gguf_file(path("m.gguf")));
+    LoadedModel back = load_model(path("m.gguf"));
+    EXPECT_EQ(back.model->config().to_json(), m->config().to_json());
+    const auto ids = some_ids(20, 256);
+    const auto a = logits_of(*m, ids), b = logits_of(*back.model, ids);
+    ASSERT_EQ(a.size(), b.size());
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+  }
+}
+
+TEST_F(GgufModelTest, WhatGgufCannotSayComesBackAsItsEquivalent) {
+  // Sinusoidal positions become the learned table, bias: false zero biases: the same logits, bit
+  // for bit, under the config that llama.cpp's gpt2 states.
+  const auto tok = CharTokenizer::bytes();
+  auto m = random_model(config(R"({"activation": "gelu_tanh", "positions": "sinusoidal", "bias": false})"), 6);
+  const GgufExportReport r = export_gguf(path("m.gguf"), *m, tok, "", GgufExportType::F32);
+  EXPECT_EQ(r.architecture, "gpt2");
+  ASSERT_EQ(r.notes.size(), 2u);
+  LoadedModel back = load_model(path("m.gguf"));
+  EXPECT_EQ(back.model->config().positions, Positions::Learned);
+  EXPECT_TRUE(back.model->config().bias);
+  const auto ids = some_ids(24, 256);
+  const auto a = logits_of(*m, ids), b = logits_of(*back.model, ids);
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+  const auto table = sinusoidal_table<float>(m->config());
+  EXPECT_EQ(std::memcmp(tensor_of(*back.model, "pos_embeddings.weight"), table.data(), table.size() * 4), 0);
+}
+
+TEST_F(GgufModelTest, ErfGeluIsWrittenAsTanhAndTheChangeIsMeasured) {
+  const auto tok = CharTokenizer::bytes();
+  auto erf = random_model(config(R"({"activation": "gelu"})"), 7);
+  const GgufExportReport r = export_gguf(path("m.gguf"), *erf, tok, "", GgufExportType::F32);
+  ASSERT_TRUE(r.gelu_changed);
+  EXPECT_EQ(r.probe_tokens, 4 * 24);
+  // The change the report states is what a tanh-GELU model with the same weights computes.
+  ModelConfig tanh_config = erf->config();
+  tanh_config.activation = Activation::GeluTanh;
+  LoadedModel back = load_model(path("m.gguf"));
+  EXPECT_EQ(back.model->config().to_json(), tanh_config.to_json());
+  const auto ids = some_ids(24, 256);
+  auto a = logits_of(*erf, ids), b = logits_of(*back.model, ids);
+  softmax_forward<float>(a.data(), a.data(), 24, 256);
+  softmax_forward<float>(b.data(), b.data(), 24, 256);
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::fabs(static_cast<double>(a[i]) - b[i]));
+  EXPECT_GT(worst, 0.0);
+  EXPECT_GT(r.gelu_max_prob_change, 0.0);
+  EXPECT_LT(r.gelu_max_prob_change, 1e-2);
+  auto tanh_model = random_model(tanh_config, 7);
+  EXPECT_FALSE(export_gguf(path("t.gguf"), *tanh_model, tok, "", GgufExportType::F32).gelu_changed);
+}
+
+// ---- the RoPE permutation ----------------------------------------------------------------------
+
+TEST_F(GgufModelTest, HalvesRowsArePermutedToAdjacentPairsAndBack) {
+  const auto tok = CharTokenizer::bytes();
+  auto m = random_model(config(R"({"norm": "rmsnorm", "positions": "rope", "activation": "swiglu", "bias": true,
+                                   "n_kv_heads": 2, "rope_pairing": "halves"})"),
+                        8);
+  export_gguf(path("m.gguf"), *m, tok, "", GgufExportType::F32);
+  const GgufFile f = GgufFile::open(path("m.gguf"));
+  const int64_t d = 16, hd = 4;
+  for (const auto& [name, heads, mine, bias] : {std::tuple{"blk.1.attn_q.weight", 4, "layers.1.attn.wq.weight", false},
+                                                std::tuple{"blk.1.attn_k.weight", 2, "layers.1.attn.wk.weight", false},
+                                                std::tuple{"blk.0.attn_q.bias", 4, "layers.0.attn.wq.bias", true},
+                                                std::tuple{"blk.0.attn_k.bias", 2, "layers.0.attn.wk.bias", true}}) {
+    SCOPED_TRACE(name);
+    const GgufTensor& t = f.tensor(name);
+    const int64_t cols = bias ? 1 : d;
+    std::vector<float> got(static_cast<size_t>(t.numel()));
+    f.read_bytes(t, got.data(), t.nbytes);
+    const float* orig = tensor_of(*m, mine);
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t i = 0; i < hd / 2; ++i)
+        for (int64_t k = 0; k < cols; ++k) {
+          EXPECT_EQ(got[static_cast<size_t>(((h * hd) + 2 * i) * cols + k)], orig[(h * hd + i) * cols + k]);
+          EXPECT_EQ(got[static_cast<size_t>(((h * hd) + 2 * i + 1) * cols + k)],
+                    orig[(h * hd + i + hd / 2) * cols + k]);
+        }
+  }
+  // The value rows are not permuted.
+  std::vector<float> v(static_cast<size_t>(2 * hd * d));
+  f.read_bytes(f.tensor("blk.0.attn_v.weight"), v.data(), v.size() * 4);
+  EXPECT_EQ(std::memcmp(v.data(), tensor_of(*m, "layers.0.attn.wv.weight"), v.size() * 4), 0);
+
+  // What the permuted rows compute: the same model with adjacent pairing and the file's rows gives
+  // the same logits (up to float rounding), so llama.cpp's rotation sees the same scores.
+  GgufFile adjacent_view = GgufFile::open(path("m.gguf"));
+  ModelConfig ac = m->config();
+  ac.rope_pairing = RopePairing::Adjacent;
+  Model adjacent(ac);
+  std::copy(m->params().data(), m->params().data() + m->params().size(), adjacent.params().data());
+  for (const auto& [gname, tname] :
+       {std::pair{"attn_q.weight", "attn.wq.weight"}, std::pair{"attn_k.weight", "attn.wk.weight"},
+        std::pair{"attn_q.bias", "attn.wq.bias"}, std::pair{"attn_k.bias", "attn.wk.bias"}})
+    for (int l = 0; l < 2; ++l) {
+      const GgufTensor& t = adjacent_view.tensor("blk." + std::to_string(l) + "." + gname);
+      const auto* e = adjacent.params().find("layers." + std::to_string(l) + "." + tname);
+      adjacent_view.read_bytes(t, adjacent.params().data() + e->offset, t.nbytes);
+    }
+  const auto ids = some_ids(24, 256);
+  const auto a = logits_of(*m, ids), b = logits_of(adjacent, ids);
+  double worst = 0, largest = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    worst = std::max(worst, std::fabs(static_cast<double>(a[i]) - b[i]));
+    largest = std::max(largest, std::fabs(static_cast<double>(a[i])));
+  }
+  EXPECT_LT(worst, 1e-5 * largest);
+  EXPECT_GT(largest, 1.0);
+}
+
+// ---- F16 and BF16 -------------------------------------------------------------------------------
+
+TEST_F(GgufModelTest, HalfPrecisionExportsTheRoundedMatricesAndFloat32Vectors) {
+  const auto tok = CharTokenizer::bytes();
+  auto m = random_model(config(R"({"activation": "gelu_tanh", "tied_embeddings": false})"), 9);
+  for (const auto& [type, round] :
+       {std::pair{GgufExportType::F16, +[](float x) { return f16_to_f32(f32_to_f16(x)); }},
+        std::pair{GgufExportType::BF16, +[](float x) { return bf16_to_f32(f32_to_bf16(x)); }}}) {
+    export_gguf(path("h.gguf"), *m, tok, "", type);
+    const GgufFile f = GgufFile::open(path("h.gguf"));
+    const uint32_t want = static_cast<uint32_t>(type == GgufExportType::F16 ? GgmlType::F16 : GgmlType::BF16);
+    EXPECT_EQ(f.tensor("blk.0.attn_qkv.weight").type, want);
+    EXPECT_EQ(f.tensor("output.weight").type, want);
+    EXPECT_EQ(f.tensor("blk.0.attn_qkv.bias").type, static_cast<uint32_t>(GgmlType::F32));
+    EXPECT_EQ(f.tensor("blk.0.attn_norm.weight").type, static_cast<uint32_t>(GgmlType::F32));
+    LoadedModel back = load_model(path("h.gguf"));
+    for (const auto& e : m->params().entries()) {
+      const float* orig = m->params().data() + e.offset;
+      const float* got = tensor_of(*back.model, e.name);
+      const bool matrix = e.shape.rank() == 2;
+      for (int64_t i = 0; i < e.shape.numel(); ++i)
+        ASSERT_EQ(got[i], matrix ? round(orig[i]) : orig[i]) << e.name << "[" << i << "]";
+    }
+  }
+  EXPECT_ERROR(parse_gguf_export_type("q4_1"), ErrorKind::BadInput, "--type", "q4_1");
+}
+
+// ---- what is refused ----------------------------------------------------------------------------
+
+TEST_F(GgufModelTest, ConfigsNoLlamaCppArchitectureComputesAreRefusedByOption) {
+  EXPECT_EQ(gguf_architecture_for(config(kLlama)), "llama");
+  EXPECT_EQ(gguf_architecture_for(config("{}")), "gpt2");
+  EXPECT_ERROR(gguf_architecture_for(config(R"({"norm_placement": "post"})")), ErrorKind::Unsupported, "norm_placement",
+               "post");
+  EXPECT_ERROR(gguf_architecture_for(config(R"({"activation": "swiglu"})")), ErrorKind::Unsupported, "activation");
+  EXPECT_ERROR(gguf_architecture_for(config(R"({"positions": "rope"})")), ErrorKind::Unsupported, "positions");
+  EXPECT_ERROR(gguf_architecture_for(config(R"({"positions": "none"})")), ErrorKind::Unsupported, "positions");
+  EXPECT_ERROR(gguf_architecture_for(config(R"({"norm": "rmsnorm", "activation": "gelu", "positions": "rope"})")),
+               ErrorKind::Unsupported, "activation");
+  EXPECT_ERROR(gguf_architecture_for(config(R"({"norm": "rmsnorm", "activation": "swiglu"})")), ErrorKind::Unsupported,
+               "positions");
+  // The refusal comes before anything is written.
+  auto m = random_model(config(R"({"norm_placement": "post"})"), 1);
+  EXPECT_ERROR(export_gguf(path("p.gguf"), *m, CharTokenizer::bytes(), "", GgufExportType::F32), ErrorKind::Unsupported,
+               "norm_placement");
+  EXPECT_FALSE(std::filesystem::exists(path("p.gguf")));
+}
+
+TEST_F(GgufModelTest, SennrichBpeIsRefusedByName) {
+  const SennrichTokenizer tok = SennrichTokenizer::from_codes("#version: 0.2\nt h\nth e</w>\n", "codes");
+  auto m = random_model(config(("{\"vocab_size\": " + std::to_string(tok.vocab_size()) + "}").c_str()), 2);
+  EXPECT_ERROR(export_gguf(path("s.gguf"), *m, tok, "", GgufExportType::F32), ErrorKind::Unsupported, "tokenizer",
+               "bpe");
+}
+
+// ---- tokenizers and the chat template -----------------------------------------------------------
+
+TEST_F(GgufModelTest, TokenizersComeBackEncodingIdentically) {
+  const std::string corpus =
+      "the cat sat on the mat. the dog sat on the log! don't the cats' 123 mats\n\tnaïve café, 日本 🙂 the end";
+  ByteBpeTrainOptions opt;
+  opt.vocab_size = 256 + 40 + 1;
+  const ByteBpeTokenizer trained = train_byte_bpe(corpus, opt);
+  const CharTokenizer bytes = CharTokenizer::bytes();
+  const CharTokenizer alphabet = CharTokenizer::from_corpus("abc de\nf");
+  const std::vector<std::pair<const Tokenizer*, std::string>> cases{
+      {&trained, corpus + " <|endoftext|> the mat"}, {&bytes, corpus}, {&alphabet, "fade cab\nbed"}};
+  for (const auto& [tok, text] : cases) {
+    SCOPED_TRACE(tok->kind());
+    auto m = random_model(config(("{\"vocab_size\": " + std::to_string(tok->vocab_size()) + "}").c_str()), 3);
+    export_gguf(path("t.gguf"), *m, *tok, "", GgufExportType::F32);
+    LoadedModel back = load_model(path("t.gguf"));
+    ASSERT_TRUE(back.tokenizer);
+    EXPECT_EQ(back.tokenizer->kind(), tok->kind());
+    EXPECT_EQ(back.tokenizer->to_json(), tok->to_json());
+    EXPECT_EQ(back.tokenizer->encode(text), tok->encode(text));
+    EXPECT_EQ(back.tokenizer->encode(text, true), tok->encode(text, true));
+    EXPECT_EQ(load_model_tokenizer(path("t.gguf"))->to_json(), tok->to_json());
+  }
+  const GgufFile f = GgufFile::open(path("t.gguf"));
+  EXPECT_EQ(f.find_value("tokenizer.ggml.model")->s, "gpt2");
+  EXPECT_EQ(f.find_value("tokenizer.ggml.pre")->s, "gpt-2");
+}
+
+TEST_F(GgufModelTest, TheChatTemplateTravelsBothWays) {
+  const std::string tmpl = "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}{% endfor %}";
+  auto m = random_model(config(kLlama), 4);
+  const auto tok = CharTokenizer::bytes();
+  save_model(path("m.safetensors"), *m, &tok, tmpl);
+  LoadedModel st = load_model(path("m.safetensors"));
+  EXPECT_EQ(st.chat_template, tmpl);
+  export_gguf(path("m.gguf"), *st.model, *st.tokenizer, st.chat_template, GgufExportType::F32);
+  EXPECT_EQ(GgufFile::open(path("m.gguf")).find_value("tokenizer.chat_template")->s, tmpl);
+  LoadedModel gg = load_model(path("m.gguf"));
+  EXPECT_EQ(gg.chat_template, tmpl);
+  save_model(path("n.safetensors"), *m, &tok);
+  EXPECT_EQ(load_model(path("n.safetensors")).chat_template, "");
+}
+
+// ---- broken and foreign files -------------------------------------------------------------------
+
+// The metadata and tensors of a GGUF file, to be changed and written again.
+struct Parts {
+  std::vector<std::pair<std::string, GgufValue>> metadata;
+  std::vector<GgufTensorToWrite> tensors;
+  std::vector<std::vector<uint8_t>> data;
+};
+
+Parts parts_of(const std::string& path) {
+  const GgufFile f = GgufFile::open(path);
+  Parts p;
+  p.metadata = f.metadata();
+  p.data.reserve(f.tensors().size());
+  for (const auto& t : f.tensors()) {
+    p.data.emplace_back(t.nbytes);
+    f.read_bytes(t, p.data.back().data(), t.nbytes);
+    p.tensors.push_back({t.name, t.ne, t.type, p.data.back().data(), t.nbytes});
+  }
+  return p;
+}
+
+void set_value(Parts& p, const std::string& key, GgufValue v) {
+  for (auto& [k, old] : p.metadata)
+    if (k == key) {
+      old = std::move(v);
+      return;
+    }
+  p.metadata.emplace_back(key, std::move(v));
+}
+
+void drop_value(Parts& p, const std::string& key) {
+  std::erase_if(p.metadata, [&](const auto& kv) { return kv.first == key; });
+}
+
+TEST_F(GgufModelTest, BrokenAndForeignFilesAreErrorsNamingTheKeyOrTensor) {
+  auto m = random_model(config(R"({"norm": "rmsnorm", "positions": "rope", "activation": "swiglu", "bias": false,
+                                   "d_model": 32})"),
+                        10);
+  export_gguf(path("ok.gguf"), *m, CharTokenizer::bytes(), "", GgufExportType::F32);
+  const std::string bad = path("bad.gguf");
+  auto write = [&](const Parts& p) { write_gguf(bad, p.metadata, p.tensors); };
+  {
+    Parts p = parts_of(path("ok.gguf"));
+    drop_value(p, "llama.block_count");
+    write(p);
+    EXPECT_ERROR(load_model(bad), ErrorKind::BadFile, "llama.block_count", "missing");
+  }
+  {
+    Parts p = parts_of(path("ok.gguf"));
+    set_value(p, "llama.embedding_length", GgufValue::string("16"));
+    write(p);
+    EXPECT_ERROR(load_model(bad), ErrorKind::BadFile, "llama.embedding_length", "not an integer");
+  }
+  {
+    Parts p = parts_of(path("ok.gguf"));
+    set_value(p, "llama.attention.layer_norm_rms_epsilon", GgufValue::u32(1));
+    write(p);
+    EXPECT_ERROR(load_model(bad), ErrorKind::BadFile, "llama.attention.layer_norm_rms_epsilon", "not a float");
+  }
+  {
+    Parts p = parts_of(path("ok.gguf"));
+    set_value(p, "general.architecture", GgufValue::string("falcon"));
+    write(p);
+    EXPECT_ERROR(load_model(bad), ErrorKind::Unsupported, "general.architecture", "falcon");
+  }
+  {
+    Parts p = parts_of(path("ok.gguf"));
+    set_value(p, "llama.rope.scaling.type", GgufValue::string("yarn"));
+    write(p);
+    EXPECT_ERROR(load_model(bad), ErrorKind::Unsupported, "llama.rope.scaling.type");
+  }
+  {
+    Parts p = parts_of(path("ok.gguf"));
+    set_value(p, "llama.attention.head_count", GgufValue::u32(3));
+    write(p);
+    EXPECT_ERROR(load_model(bad), ErrorKind::BadFile, "llama.attention.head_count");
+  }
+  {
+    Parts p = parts_of(path("ok.gguf"));
+    p.tensors.push_back({"rope_freqs.weight", {2}, static_cast<uint32_t>(GgmlType::F32), p.data[0].data(), 8});
+    write(p);
+    EXPECT_ERROR(load_model(bad), ErrorKind::Unsupported, "rope_freqs.weight");
+  }
+  {
+    Parts p = parts_of(path("ok.gguf"));
+    std::erase_if(p.tensors, [](const auto& t) { return t.name == "blk.1.ffn_up.weight"; });
+    write(p);
+    EXPECT_ERROR(load_model(bad), ErrorKind::BadFile, "blk.1.ffn_up.weight");
+  }
+  {
+    Parts p = parts_of(path("ok.gguf"));
+    for (auto& t : p.tensors)
+      if (t.name == "blk.0.ffn_down.weight") std::swap(t.ne[0], t.ne[1]);
+    write(p);
+    EXPECT_ERROR(load_model(bad), ErrorKind::BadFile, "blk.0.ffn_down.weight", "ne");
+  }
+  {
+    // A Q8_0 tensor (the quantization issue's work): named, with its type.
+    Parts p = parts_of(path("ok.gguf"));
+    std::vector<uint8_t> q8(static_cast<size_t>(32 * 32 / 32 * 34), 0);
+    for (auto& t : p.tensors)
+      if (t.name == "blk.0.attn_q.weight")
+        t = {t.name, t.ne, static_cast<uint32_t>(GgmlType::Q8_0), q8.data(), q8.size()};
+    write(p);
+    EXPECT_ERROR(load_model(bad), ErrorKind::Unsupported, "blk.0.attn_q.weight", "Q8_0");
+  }
+  {
+    Parts p = parts_of(path("ok.gguf"));
+    set_value(p, "tokenizer.ggml.model", GgufValue::string("rwkv"));
+    write(p);
+    EXPECT_ERROR(load_model(bad), ErrorKind::Unsupported, "tokenizer.ggml.model", "rwkv");
+  }
+  {
+    // A byte-level BPE vocabulary with a merge and a pre-tokenizer tformer does not compute.
+    Parts p = parts_of(path("ok.gguf"));
+    set_value(p, "tokenizer.ggml.merges", GgufValue::string_array({"a b"}));
+    set_value(p, "tokenizer.ggml.pre", GgufValue::string("qwen2"));
+    write(p);
+    EXPECT_ERROR(load_model(bad), ErrorKind::Unsupported, "tokenizer.ggml.pre", "qwen2");
+  }
+  {
+    Parts p = parts_of(path("ok.gguf"));
+    set_value(p, "tokenizer.ggml.tokens", GgufValue::string_array({"a", "b"}));
+    write(p);
+    EXPECT_ERROR(load_model(bad), ErrorKind::BadFile, "tokenizer.ggml.token_type", "2 entries");
+    drop_value(p, "tokenizer.ggml.token_type");
+    write(p);
+    EXPECT_ERROR(load_model(bad), ErrorKind::BadFile, "tokenizer.ggml.tokens", "2 tokens");
+  }
+}
+
+TEST_F(GgufModelTest, AModelLargerThanTheMemoryIsRefusedBeforeAllocating) {
+  auto m = random_model(config(kLlama), 11);
+  export_gguf(path("m.gguf"), *m, CharTokenizer::bytes(), "", GgufExportType::F32);
+  ASSERT_EQ(setenv("TFORMER_MEMORY_LIMIT", "4096", 1), 0);
+  const Error e = test::error_of([&] { load_model(path("m.gguf")); });
+  unsetenv("TFORMER_MEMORY_LIMIT");
+  EXPECT_EQ(e.kind(), ErrorKind::BadFile);
+  EXPECT_NE(std::string(e.what()).find(std::to_string(m->n_params() * 4) + " bytes"), std::string::npos) << e.what();
+  EXPECT_NE(std::string(e.what()).find("4096 bytes of memory"), std::string::npos) << e.what();
+  EXPECT_NO_THROW(load_model(path("m.gguf")));
+}
+
+}  // namespace
+}  // namespace tformer
