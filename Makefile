@@ -4,7 +4,7 @@ SAN_BUILD ?= build-sanitize
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure build build-tformer test test-sanitize build-portable demo bench lint clean
+.PHONY: all deps configure build build-tformer test test-sanitize test-interop build-portable demo bench lint clean
 
 all: build
 
@@ -25,6 +25,13 @@ build-tformer: configure
 # Builds everything and runs every test through ctest; ends with ctest's summary line.
 test: build
 	@cd $(BUILD) && OMP_WAIT_POLICY=passive ctest --output-on-failure -j $(JOBS)
+
+# The live checks against outside programs (docs/gguf.md): tformer's GGUF files run by llama.cpp
+# itself (node-llama-cpp's prebuilt CPU binaries) and read by @huggingface/gguf, both installed in
+# tools/interop with the exact versions of its package-lock.json. Needs npm; `make test` does not.
+test-interop: build-tformer
+	@bash scripts/install-interop.sh
+	@node tools/interop/llama_cpp_check.mjs --tformer $(BUILD)/tformer
 
 # The same tests built with AddressSanitizer and UndefinedBehaviorSanitizer.
 test-sanitize: deps

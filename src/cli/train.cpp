@@ -27,6 +27,8 @@ void register_train(CLI::App& app) {
                 "char (the data's own bytes) | bpe:CODES | byte-bpe:VOCAB | gpt2 | tokenizer JSON | model .safetensors")
       ->capture_default_str();
   c->add_option("--config", o.config, "Model config JSON (docs/checkpoint-format.md; vocab_size from the tokenizer)");
+  c->add_option("--init-from", o.init_from,
+                "Start from this model's weights, config and tokenizer (.safetensors or .gguf): fine-tuning");
   c->add_option("--out", o.out, "Run folder: model.safetensors, checkpoint.safetensors, metrics.jsonl");
   c->add_option("--steps", o.steps, "Optimizer steps")->capture_default_str();
   c->add_option("--batch", o.batch, "Sequences per micro-batch")->capture_default_str();

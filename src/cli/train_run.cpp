@@ -15,6 +15,7 @@
 #include "core/file_io.h"
 #include "core/threads.h"
 #include "io/safetensors.h"
+#include "model/checkpoint.h"
 #include "train/data.h"
 
 namespace tformer::cli {
@@ -88,8 +89,23 @@ void run_training(TrainOptions o, const std::string& resume_dir, const std::vect
       if (!fs::is_regular_file(f)) fail_file(f, "{}: no such file", f);
       if (fs::file_size(f) == 0) fail_file(f, "{}: empty file", f);
     }
-    ModelConfig config = o.config.empty() ? ModelConfig{} : ModelConfig::from_file(o.config);
-    auto tok = training_tokenizer(o);
+    // --init-from: the model file's weights, config and tokenizer (a GGUF file or a model
+    // .safetensors); --config and --tokenizer would contradict it.
+    LoadedModel init;
+    if (!o.init_from.empty()) {
+      for (const char* key : {"config", "tokenizer"})
+        if (std::count(given.begin(), given.end(), std::string(key)))
+          fail_input(fmt::format("--{}", key),
+                     "--{} cannot be given with --init-from: the model {} brings its config and tokenizer", key,
+                     o.init_from);
+      init = load_model(o.init_from);
+      if (!init.tokenizer) fail_file(o.init_from, "{}: the model file carries no tokenizer", o.init_from);
+      o.tokenizer = o.init_from;
+    }
+    ModelConfig config = init.model         ? init.model->config()
+                         : o.config.empty() ? ModelConfig{}
+                                            : ModelConfig::from_file(o.config);
+    auto tok = init.model ? std::move(init.tokenizer) : training_tokenizer(o);
     if (config.vocab_size == 0) config.vocab_size = tok->vocab_size();
     if (config.vocab_size != tok->vocab_size())
       fail_config("vocab_size", "{}: vocab_size is {} but the tokenizer '{}' has {} tokens", o.config,
@@ -104,6 +120,7 @@ void run_training(TrainOptions o, const std::string& resume_dir, const std::vect
     try {
       Dataset data = load_dataset(o.data, o.val_data, o.val_fraction, *tok, o.out);
       session = std::make_unique<TrainSession>(o, config, std::move(tok), std::move(data));
+      if (init.model) session->init_weights_from(*init.model);
     } catch (...) {
       std::error_code ec;
       if (created) fs::remove_all(o.out, ec);

@@ -23,6 +23,7 @@ nlohmann::json TrainOptions::to_json() const {
           {"val_fraction", val_fraction},
           {"tokenizer", tokenizer},
           {"config", config},
+          {"init_from", init_from},
           {"out", out},
           {"steps", steps},
           {"batch", batch},
@@ -64,6 +65,7 @@ TrainOptions TrainOptions::from_json(const nlohmann::json& j, const std::string&
   get("val_fraction", o.val_fraction);
   get("tokenizer", o.tokenizer);
   get("config", o.config);
+  get("init_from", o.init_from);
   get("out", o.out);
   get("steps", o.steps);
   get("batch", o.batch);
@@ -291,6 +293,15 @@ void TrainSession::save_run(const std::string& checkpoint_path, const std::strin
                step_, bad, checkpoint_path);
   save_checkpoint(checkpoint_path);
   save_model(model_path);
+}
+
+void TrainSession::init_weights_from(Model& from) {
+  TF_CHECK(step_ == 0, "init_weights_from after step {}", step_);
+  if (from.config().to_json() != model_->config().to_json())
+    fail_config("init_from", "--init-from: the model's config {} differs from the run's {}",
+                from.config().to_json().dump(), model_->config().to_json().dump());
+  TF_CHECK(from.params().size() == model_->params().size(), "init_weights_from: parameter layouts differ");
+  std::copy(from.params().data(), from.params().data() + from.params().size(), model_->params().data());
 }
 
 std::unique_ptr<Tokenizer> training_tokenizer(const TrainOptions& o) {

@@ -37,6 +37,8 @@ namespace tformer {
 // Every setting of a run (the flags of `tformer train`), saved in the checkpoint.
 struct TrainOptions {
   std::string data, val_data, tokenizer = "char", config, out;
+  std::string
+      init_from;  // a model file (.safetensors or .gguf) whose weights, config and tokenizer a fresh run starts from
   double val_fraction = 0.1;
   int64_t steps = 2000, batch = 12, context = 0 /* 0: the config's context_length */, grad_accum = 1;
   double lr = 1e-3, min_lr = 1e-4;
@@ -70,6 +72,10 @@ class TrainSession {
   // A fresh run: the model initialised with GPT-2's scheme from options.seed. config must have
   // vocab_size equal to the tokenizer's.
   TrainSession(TrainOptions options, const ModelConfig& config, std::unique_ptr<Tokenizer> tokenizer, Dataset data);
+
+  // Replaces the freshly initialised weights with `from`'s (fine-tuning): its config must equal
+  // this session's. Only before the first step.
+  void init_weights_from(Model& from);
 
   // One optimizer step: grad_accum forward/backward passes, clipping, AdamW. A non-finite loss
   // or gradient throws Error naming the step and the first offending tensor (nothing is updated).

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# End-to-end checks of GGUF through the command line (ctest "cli.gguf", label cli):
+#   * `tformer export --format gguf` of a gelu_tanh (gpt2) and a llama model: logits, generate and
+#     eval read the GGUF file (found by its magic, whatever its name) exactly as the model file;
+#   * `tformer train --init-from` a GGUF file and a model file of the same weights: the same
+#     losses; --config or --tokenizer with --init-from refused;
+#   * errors: an unknown --type or --format, a config no llama.cpp architecture computes (named,
+#     and no output file left behind).
+#   tests/cli/gguf_test.sh PATH/TO/tformer
+set -uo pipefail
+tf="$1"
+here="$(cd "$(dirname "$0")/.." && pwd)"   # tests/
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+passed=0
+failed=0
+check() {  # check NAME COMMAND...: the command must succeed
+  local name="$1"; shift
+  if "$@"; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAILED: $name"; fi
+}
+data="$here/fixtures/tinyshakespeare_100k.txt"
+
+cat > "$tmp/gpt2.json" <<'JSON'
+{"context_length": 32, "d_model": 32, "n_layers": 2, "n_heads": 4, "activation": "gelu_tanh"}
+JSON
+cat > "$tmp/llama.json" <<'JSON'
+{"context_length": 32, "d_model": 32, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "norm": "rmsnorm",
+ "positions": "rope", "activation": "swiglu", "bias": false, "tied_embeddings": false}
+JSON
+for arch in gpt2 llama; do
+  "$tf" train --data "$data" --config "$tmp/$arch.json" --out "$tmp/run-$arch" --steps 30 --batch 4 --eval-every 0 \
+    --eval-steps 1 --threads 2 > /dev/null 2>&1
+  check "$arch: train" test -s "$tmp/run-$arch/model.safetensors"
+  st="$tmp/run-$arch/model.safetensors"
+  "$tf" export --model "$st" --format gguf --out "$tmp/$arch.gguf" > "$tmp/export-$arch.log" 2>&1
+  check "$arch: export exits 0" test $? -eq 0
+  check "$arch: export names the architecture" grep -q "llama.cpp architecture $arch" "$tmp/export-$arch.log"
+  cp "$tmp/$arch.gguf" "$tmp/$arch.bin"  # found by its magic, not its name
+  ids="10 50 43 1 20 33 7 19"
+  "$tf" logits --model "$st" --tokens "$ids" --out "$tmp/a.bin"
+  "$tf" logits --model "$tmp/$arch.bin" --tokens "$ids" --out "$tmp/b.bin"
+  check "$arch: logits from the GGUF file are bit-identical" cmp -s "$tmp/a.bin" "$tmp/b.bin"
+  g1="$("$tf" generate --model "$st" --prompt "ROMEO:" --max-new-tokens 24 --temperature 0)"
+  g2="$("$tf" generate --model "$tmp/$arch.gguf" --prompt "ROMEO:" --max-new-tokens 24 --temperature 0)"
+  check "$arch: generate from the GGUF file" test -n "$g2" -a "$g1" = "$g2"
+  e1="$("$tf" eval --model "$st" --data "$data" --max-tokens 2000)"
+  e2="$("$tf" eval --model "$tmp/$arch.gguf" --data "$data" --max-tokens 2000)"
+  check "$arch: eval from the GGUF file" test -n "$e2" -a "$e1" = "$e2"
+done
+
+# Fine-tuning from the GGUF file and from the model file: the same weights, the same run.
+ft=(--data "$data" --steps 3 --batch 4 --eval-every 0 --eval-steps 1 --log-every 1 --threads 2 --seed 3)
+"$tf" train --init-from "$tmp/gpt2.gguf" --out "$tmp/ft-gguf" "${ft[@]}" > "$tmp/ft-gguf.log" 2>&1
+check "train --init-from a GGUF file exits 0" test $? -eq 0
+"$tf" train --init-from "$tmp/run-gpt2/model.safetensors" --out "$tmp/ft-st" "${ft[@]}" > "$tmp/ft-st.log" 2>&1
+check "train --init-from a model file exits 0" test $? -eq 0
+losses() { grep -E '^step ' "$1" | sed -E 's/ (tok\/s|eta) .*//'; }
+check "the same losses from either" test -n "$(losses "$tmp/ft-gguf.log")" -a "$(losses "$tmp/ft-gguf.log")" = "$(losses "$tmp/ft-st.log")"
+check "fine-tuning starts from the trained loss, not a fresh model's" \
+  awk '/^step 0: train loss/ { exit !($4 + 0 < 4.5) }' "$tmp/ft-gguf.log"
+"$tf" train --init-from "$tmp/gpt2.gguf" --config "$tmp/gpt2.json" --out "$tmp/ft-bad" "${ft[@]}" > "$tmp/err.txt" 2>&1
+check "--config with --init-from exits 1" test $? -eq 1
+check "--config with --init-from is named" grep -q -- "--config cannot be given with --init-from" "$tmp/err.txt"
+check "no run folder is left" test ! -e "$tmp/ft-bad"
+
+# Errors.
+"$tf" export --model "$tmp/run-gpt2/model.safetensors" --out "$tmp/x.gguf" --type q4_1 > "$tmp/err.txt" 2>&1
+check "unknown --type exits 1" test $? -eq 1
+check "unknown --type is named" grep -q -- "--type" "$tmp/err.txt"
+"$tf" export --model "$tmp/run-gpt2/model.safetensors" --out "$tmp/x.gguf" --format onnx > "$tmp/err.txt" 2>&1
+check "unknown --format is named" grep -q -- "--format: unknown format 'onnx'" "$tmp/err.txt"
+cat > "$tmp/post.json" <<'JSON'
+{"context_length": 16, "d_model": 16, "n_layers": 1, "n_heads": 2, "norm_placement": "post"}
+JSON
+"$tf" init --config "$tmp/post.json" --tokenizer char --out "$tmp/post.safetensors" > /dev/null
+"$tf" export --model "$tmp/post.safetensors" --out "$tmp/post.gguf" > "$tmp/err.txt" 2>&1
+check "post-LN export exits 1" test $? -eq 1
+check "post-LN export names norm_placement" grep -q norm_placement "$tmp/err.txt"
+check "no output file is left" test ! -e "$tmp/post.gguf"
+
+echo "gguf_test: $passed passed, $failed failed"
+[[ $failed -eq 0 ]]
