@@ -113,7 +113,12 @@ TEST_F(GgufModelTest, WhatGgufCannotSayComesBackAsItsEquivalent) {
   auto m = random_model(config(R"({"activation": "gelu_tanh", "positions": "sinusoidal", "bias": false})"), 6);
   const GgufExportReport r = export_gguf(path("m.gguf"), *m, tok, "", GgufExportType::F32);
   EXPECT_EQ(r.architecture, "gpt2");
-  ASSERT_EQ(r.notes.size(), 2u);
+  auto noted = [&](const char* what) {
+    return std::any_of(r.notes.begin(), r.notes.end(), [&](const std::string& n) { return n.starts_with(what); });
+  };
+  EXPECT_TRUE(noted("positions: \"sinusoidal\" written as the position table"));
+  EXPECT_TRUE(noted("bias: false written as zero biases"));
+  EXPECT_TRUE(noted("tokenizer: no end-of-text token"));
   LoadedModel back = load_model(path("m.gguf"));
   EXPECT_EQ(back.model->config().positions, Positions::Learned);
   EXPECT_TRUE(back.model->config().bias);
@@ -289,6 +294,23 @@ TEST_F(GgufModelTest, TokenizersComeBackEncodingIdentically) {
   const GgufFile f = GgufFile::open(path("t.gguf"));
   EXPECT_EQ(f.find_value("tokenizer.ggml.model")->s, "gpt2");
   EXPECT_EQ(f.find_value("tokenizer.ggml.pre")->s, "gpt-2");
+}
+
+TEST_F(GgufModelTest, TheEndOfTextIdIsTheTokenizersOrTheRarestByte) {
+  // llama.cpp stops at its EOS id (11 when the file names none): the export always names one.
+  ByteBpeTrainOptions opt;
+  opt.vocab_size = 256 + 5 + 1;
+  const ByteBpeTokenizer trained = train_byte_bpe("aaaa bbbb aaaa bbbb abab", opt);
+  EXPECT_EQ(end_of_text_for(trained), *trained.eot_id());
+  EXPECT_EQ(end_of_text_for(CharTokenizer::bytes()), 0);  // NUL
+  EXPECT_EQ(end_of_text_for(CharTokenizer::from_corpus("ab\n\x01c")), 1);  // a control byte, not newline
+  EXPECT_EQ(end_of_text_for(CharTokenizer::from_corpus("ab c\n&z")), 2);   // '&' (ids: \n space & a b c z)
+  EXPECT_EQ(end_of_text_for(CharTokenizer::from_corpus("ba\n")), 2);       // nothing rare: the last id
+  auto m = random_model(config(kLlama), 12);
+  export_gguf(path("e.gguf"), *m, CharTokenizer::bytes(), "", GgufExportType::F32);
+  const GgufFile f = GgufFile::open(path("e.gguf"));
+  EXPECT_EQ(f.find_value("tokenizer.ggml.eos_token_id")->type, GgufType::U32);
+  EXPECT_EQ(f.find_value("tokenizer.ggml.eos_token_id")->i, 0);
 }
 
 TEST_F(GgufModelTest, TheChatTemplateTravelsBothWays) {

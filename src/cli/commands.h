@@ -15,6 +15,6 @@ void register_model_commands(CLI::App& app);  // model_commands.cpp: init, eval
 void register_generate(CLI::App& app);        // generate.cpp: generate, logits
 void register_plot(CLI::App& app);            // plot.cpp: plot (loss curves as a PNG)
 void register_train(CLI::App& app);           // train.cpp: train
-void register_convert(CLI::App& app);         // convert.cpp: export (GGUF)
+void register_convert(CLI::App& app);         // convert.cpp: export (GGUF), import (Hugging Face)
 
 }  // namespace tformer::cli

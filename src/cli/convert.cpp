@@ -1,4 +1,5 @@
 // tformer export: a model file into llama.cpp's GGUF (model/gguf_model.h, docs/gguf.md).
+// tformer import: a Hugging Face model folder into a tformer model file (model/hf_import.h).
 #include <fmt/format.h>
 
 #include <memory>
@@ -8,6 +9,7 @@
 #include "core/error.h"
 #include "model/checkpoint.h"
 #include "model/gguf_model.h"
+#include "model/hf_import.h"
 
 namespace tformer::cli {
 
@@ -33,6 +35,22 @@ void run_export(const ExportOptions& o) {
         r.probe_tokens, r.gelu_max_prob_change);
 }
 
+struct ImportOptions {
+  std::string from = "hf", dir, out;
+};
+
+void run_import(const ImportOptions& o) {
+  if (o.from != "hf") fail_input("--from", "--from: unknown source '{}' (hf)", o.from);
+  HfModel m = import_hf(o.dir);
+  save_model(o.out, *m.model, m.tokenizer.get(), m.chat_template);
+  const ModelConfig& c = m.model->config();
+  fmt::print("wrote {}: {} ({} layers, d_model {}, {} heads / {} kv heads, vocab {}), {} parameters, {}{}\n", o.out,
+             m.model_type, c.n_layers, c.d_model, c.n_heads, c.n_kv_heads, c.vocab_size, m.model->n_params(),
+             m.tokenizer ? "tokenizer " + m.tokenizer->kind() : std::string("no tokenizer"),
+             m.chat_template.empty() ? "" : ", chat template");
+  for (const auto& note : m.notes) fmt::print("  {}\n", note);
+}
+
 }  // namespace
 
 void register_convert(CLI::App& app) {
@@ -44,6 +62,13 @@ void register_convert(CLI::App& app) {
   ec->add_option("--type", ex->type, "Weight matrices as f32 | f16 | bf16 (norms and biases stay f32)")
       ->capture_default_str();
   ec->callback([ex] { run_export(*ex); });
+
+  auto im = std::make_shared<ImportOptions>();
+  auto* ic = app.add_subcommand("import", "Write a Hugging Face model folder as a tformer model file");
+  ic->add_option("--from", im->from, "hf")->capture_default_str();
+  ic->add_option("DIR", im->dir, "The folder: config.json, model.safetensors (or shards), tokenizer")->required();
+  ic->add_option("--out", im->out, "Output model file (.safetensors)")->required();
+  ic->callback([im] { run_import(*im); });
 }
 
 }  // namespace tformer::cli

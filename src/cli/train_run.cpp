@@ -70,6 +70,7 @@ void run_training(TrainOptions o, const std::string& resume_dir, const std::vect
     Dataset data = load_dataset(o.data, o.val_data, o.val_fraction, *tok, o.out);
     session = std::make_unique<TrainSession>(o, config, std::move(tok), std::move(data));
     session->load_checkpoint(ckpt);
+    if (const auto it = meta.find("chat_template"); it != meta.end()) session->set_chat_template(it->second);
     if (session->current_step() >= o.steps)
       fail_input("--steps", "{} already holds step {}; pass a larger --steps to continue", ckpt,
                  session->current_step());
@@ -120,7 +121,10 @@ void run_training(TrainOptions o, const std::string& resume_dir, const std::vect
     try {
       Dataset data = load_dataset(o.data, o.val_data, o.val_fraction, *tok, o.out);
       session = std::make_unique<TrainSession>(o, config, std::move(tok), std::move(data));
-      if (init.model) session->init_weights_from(*init.model);
+      if (init.model) {
+        session->init_weights_from(*init.model);
+        session->set_chat_template(init.chat_template);
+      }
     } catch (...) {
       std::error_code ec;
       if (created) fs::remove_all(o.out, ec);

@@ -15,16 +15,16 @@ void save_model(const std::string& path, Model& model, const Tokenizer* tokenize
 
 std::unique_ptr<Tokenizer> load_model_tokenizer(const std::string& path) {
   if (is_gguf_file(path)) {
-    LoadedModel m = load_gguf_model(path);
-    if (!m.tokenizer) fail_file(path, "{}: the model file carries no tokenizer", path);
-    return std::move(m.tokenizer);
+    auto tok = load_gguf_tokenizer(path);
+    if (!tok) fail_file(path, "{}: the model file carries no tokenizer", path);
+    return tok;
   }
   return tokenizer_from_json(
       SafetensorsFile::open(path).metadata_json("tokenizer", "the model file carries no tokenizer"));
 }
 
 std::unique_ptr<Tokenizer> tokenizer_by_name_or_model(const std::string& name, const std::string& gpt2_dir) {
-  if (name.ends_with(".safetensors") || name.ends_with(".gguf")) return load_model_tokenizer(name);
+  if (name.ends_with(".safetensors") || is_gguf_file(name)) return load_model_tokenizer(name);
   return tokenizer_by_name(name, gpt2_dir);
 }
 

@@ -95,6 +95,33 @@ std::vector<uint8_t> encode_values(const std::vector<float>& v, GgmlType type) {
 
 // ---- the tokenizer's metadata ------------------------------------------------------------------
 
+}  // namespace
+
+TokenId end_of_text_for(const Tokenizer& tok) {
+  if (const auto eot = tok.eot_id()) return *eot;
+  // No end-of-text token: llama.cpp still stops at its EOS id (11 when the file names none), so the
+  // file names the single-byte token least likely in text: NUL, another control byte (not tab,
+  // newline or carriage return), DEL, a byte >= 0x80, a rare ASCII symbol, else the last id.
+  std::vector<unsigned char> order{0};
+  for (int b = 1; b < 32; ++b)
+    if (b != '\t' && b != '\n' && b != '\r') order.push_back(static_cast<unsigned char>(b));
+  order.push_back(0x7f);
+  for (int b = 0xff; b >= 0x80; --b) order.push_back(static_cast<unsigned char>(b));
+  for (char ch : std::string("`~^|\\{}[]<>@#$%&*_+=")) order.push_back(static_cast<unsigned char>(ch));
+  std::map<std::string, TokenId> single;
+  std::string bytes;
+  for (TokenId id = 0; id < tok.vocab_size(); ++id) {
+    bytes.clear();
+    tok.append_token_bytes(id, bytes);
+    if (bytes.size() == 1) single.emplace(bytes, id);
+  }
+  for (unsigned char b : order)
+    if (const auto it = single.find(std::string(1, static_cast<char>(b))); it != single.end()) return it->second;
+  return static_cast<TokenId>(tok.vocab_size() - 1);
+}
+
+namespace {
+
 void add_tokenizer_metadata(Metadata& md, const Tokenizer& tok) {
   std::vector<std::string> tokens;
   std::vector<int64_t> types;
@@ -140,10 +167,9 @@ void add_tokenizer_metadata(Metadata& md, const Tokenizer& tok) {
   md.emplace_back("tokenizer.ggml.tokens", GgufValue::string_array(std::move(tokens)));
   md.emplace_back("tokenizer.ggml.token_type", GgufValue::int_array(GgufType::I32, std::move(types)));
   md.emplace_back("tokenizer.ggml.merges", GgufValue::string_array(std::move(merges)));
-  if (const auto eot = tok.eot_id()) {
-    md.emplace_back("tokenizer.ggml.bos_token_id", GgufValue::u32(static_cast<uint32_t>(*eot)));
-    md.emplace_back("tokenizer.ggml.eos_token_id", GgufValue::u32(static_cast<uint32_t>(*eot)));
-  }
+  const TokenId eos = end_of_text_for(tok);
+  md.emplace_back("tokenizer.ggml.bos_token_id", GgufValue::u32(static_cast<uint32_t>(eos)));
+  md.emplace_back("tokenizer.ggml.eos_token_id", GgufValue::u32(static_cast<uint32_t>(eos)));
   md.emplace_back("tokenizer.ggml.add_bos_token", GgufValue::boolean(false));
   md.emplace_back("tokenizer.ggml.add_eos_token", GgufValue::boolean(false));
 }
@@ -353,6 +379,13 @@ GgufExportReport export_gguf(const std::string& path, Model& model, const Tokeni
     md.emplace_back("tformer.rope_pairing", GgufValue::string(to_string(c.rope_pairing)));
   }
   add_tokenizer_metadata(md, tokenizer);
+  if (!tokenizer.eot_id()) {
+    std::string text;
+    tokenizer.append_token_bytes(end_of_text_for(tokenizer), text);
+    report.notes.push_back(fmt::format(
+        "tokenizer: no end-of-text token; llama.cpp stops generating at its EOS id, written as id {} (byte 0x{:02x})",
+        end_of_text_for(tokenizer), text.empty() ? 0 : static_cast<unsigned char>(text[0])));
+  }
   if (!chat_template.empty()) md.emplace_back("tokenizer.chat_template", GgufValue::string(chat_template));
 
   const GgmlType matrix_type = ggml_type_of(type);
@@ -405,7 +438,8 @@ class GgufReader {
     const GgufValue& v = value(key);
     if (!is_integer(v.type)) fail_file(key, "{}: {} is a {}, not an integer", f_.path(), key, to_string(v.type));
     if (v.i <= 0 || v.i > limit || (v.type == GgufType::U64 && v.u > static_cast<uint64_t>(limit)))
-      fail_file(key, "{}: {} = {} is out of range (1 .. {})", f_.path(), key, v.u, limit);
+      fail_file(key, "{}: {} = {} is out of range (1 .. {})", f_.path(), key,
+                v.type == GgufType::U64 ? std::to_string(v.u) : std::to_string(v.i), limit);
     return v.i;
   }
   int64_t count_or(const std::string& key, int64_t fallback) const { return has(key) ? count(key) : fallback; }
@@ -564,6 +598,17 @@ std::unique_ptr<Tokenizer> read_gpt2_tokenizer(const GgufFile& f, const GgufRead
   return std::make_unique<ByteBpeTokenizer>(byte_of_id, std::move(pairs), std::move(specials));
 }
 
+// The file's tokenizer (null when it names none).
+std::unique_ptr<Tokenizer> gguf_tokenizer(const GgufFile& f, const GgufReader& r) {
+  const std::string model_kind = r.string_or("tokenizer.ggml.model", "none");
+  if (model_kind == "gpt2") return read_gpt2_tokenizer(f, r);
+  if (model_kind != "none")
+    fail_unsupported("tokenizer.ggml.model",
+                     "{}: tokenizer.ggml.model '{}': tformer reads \"gpt2\" (byte-level BPE) vocabularies", f.path(),
+                     model_kind);
+  return nullptr;
+}
+
 }  // namespace
 
 LoadedModel load_gguf_model(const std::string& path) {
@@ -609,7 +654,10 @@ LoadedModel load_gguf_model(const std::string& path) {
     c.positions = Positions::Rope;
     c.norm_eps = r.real(p + "attention.layer_norm_rms_epsilon");
     c.rope_base = r.has(p + "rope.freq_base") ? r.real(p + "rope.freq_base") : 10000.0;
-    c.bias = f.find_tensor("blk.0.attn_q.bias") != nullptr;
+    // llama.cpp makes every llama bias optional; tformer's one bias flag is on when the file has
+    // any, and the ones it lacks are zeros.
+    c.bias = std::any_of(f.tensors().begin(), f.tensors().end(),
+                         [](const GgufTensor& t) { return t.name.starts_with("blk.") && t.name.ends_with(".bias"); });
     const std::string pairing = r.string_or("tformer.rope_pairing", "adjacent");
     if (pairing != "adjacent" && pairing != "halves")
       fail_file("tformer.rope_pairing", "{}: tformer.rope_pairing '{}' is neither adjacent nor halves", path, pairing);
@@ -633,19 +681,28 @@ LoadedModel load_gguf_model(const std::string& path) {
   const int64_t d = c.d_model, hd = c.head_dim(), dq = c.n_heads * hd, dkv = c.n_kv_heads * hd;
   ModelParams<float> layout;
   layout.layers.resize(static_cast<size_t>(c.n_layers));
-  const uint64_t param_bytes = [&] {
-    uint64_t total = 0;
+  // Summed in double: keys as large as they may be (2^31 wide, 4096 layers) cannot wrap it.
+  const double param_bytes = [&] {
+    double total = 0;
     visit_model_tensors(layout, c, [&](const std::string&, const Shape& s, auto&) {
-      total += static_cast<uint64_t>(s.numel()) * sizeof(float);
+      double n = sizeof(float);
+      for (int k = 0; k < s.rank(); ++k) n *= static_cast<double>(s[k]);
+      total += n;
     });
     return total;
   }();
   const uint64_t available = available_memory_bytes();
-  if (param_bytes > available)
+  if (param_bytes > static_cast<double>(available))
     fail_file(path, "{}: the model's float32 weights take {} bytes ({} GB) but only {} bytes of memory are available",
-              path, param_bytes, static_cast<double>(param_bytes) / 1e9, available);
+              path, static_cast<uint64_t>(param_bytes), param_bytes / 1e9, available);
 
+  // The tokenizer before the weights: every key is checked before anything large is allocated.
   LoadedModel out;
+  out.tokenizer = gguf_tokenizer(f, r);
+  if (out.tokenizer && out.tokenizer->vocab_size() != c.vocab_size)
+    fail_file("tokenizer.ggml.tokens", "{}: {} tokens but token_embd.weight has {} rows", path,
+              out.tokenizer->vocab_size(), c.vocab_size);
+  out.chat_template = r.string_or("tokenizer.chat_template", "");
   out.model = std::make_unique<Model>(c);
   auto& arena = out.model->params();
   std::map<std::string, bool> used;
@@ -700,22 +757,18 @@ LoadedModel load_gguf_model(const std::string& path) {
       copy(g + "attn_v.weight", t + "attn.wv.weight", {dkv, d});
       copy(g + "ffn_gate.weight", t + "ffn.w1.weight", {c.d_ff, d});
       copy(g + "ffn_up.weight", t + "ffn.w3.weight", {c.d_ff, d});
-      if (c.bias) {
-        auto bq = take(g + "attn_q.bias", {dq}), bk = take(g + "attn_k.bias", {dkv});
-        if (halves) {
-          bq = permute_rope_rows(bq.data(), c.n_heads, hd, 1, true);
-          bk = permute_rope_rows(bk.data(), c.n_kv_heads, hd, 1, true);
-        }
-        put(t + "attn.wq.bias", bq);
-        put(t + "attn.wk.bias", bk);
-        copy(g + "attn_v.bias", t + "attn.wv.bias", {dkv});
-        // llama.cpp makes each of these optional; tformer's bias flag covers all of them at once,
-        // so a missing one reads as zeros.
-        for (const auto& [gn, tn, n] :
-             {std::tuple{"attn_output.bias", "attn.wo.bias", d}, std::tuple{"ffn_gate.bias", "ffn.w1.bias", c.d_ff},
-              std::tuple{"ffn_up.bias", "ffn.w3.bias", c.d_ff}, std::tuple{"ffn_down.bias", "ffn.w2.bias", d}}) {
-          if (f.find_tensor(g + gn)) copy(g + gn, t + tn, {n});
-        }
+      // Each bias the file has (a missing one stays zero); q and k in the rows' own order.
+      for (const auto& [gn, tn, n, heads] : {std::tuple{"attn_q.bias", "attn.wq.bias", dq, c.n_heads},
+                                             std::tuple{"attn_k.bias", "attn.wk.bias", dkv, c.n_kv_heads},
+                                             std::tuple{"attn_v.bias", "attn.wv.bias", dkv, int64_t{0}},
+                                             std::tuple{"attn_output.bias", "attn.wo.bias", d, int64_t{0}},
+                                             std::tuple{"ffn_gate.bias", "ffn.w1.bias", c.d_ff, int64_t{0}},
+                                             std::tuple{"ffn_up.bias", "ffn.w3.bias", c.d_ff, int64_t{0}},
+                                             std::tuple{"ffn_down.bias", "ffn.w2.bias", d, int64_t{0}}}) {
+        if (!f.find_tensor(g + gn)) continue;
+        auto b = take(g + gn, {n});
+        if (halves && heads > 0) b = permute_rope_rows(b.data(), heads, hd, 1, true);
+        put(t + tn, b);
       }
     }
   }
@@ -727,19 +780,12 @@ LoadedModel load_gguf_model(const std::string& path) {
       fail_unsupported(name, "{}: tensor {} is not part of llama.cpp's {} architecture as tformer computes it", path,
                        name, arch);
 
-  const std::string model_kind = r.string_or("tokenizer.ggml.model", "none");
-  if (model_kind == "gpt2") {
-    out.tokenizer = read_gpt2_tokenizer(f, r);
-    if (out.tokenizer->vocab_size() != c.vocab_size)
-      fail_file("tokenizer.ggml.tokens", "{}: {} tokens but token_embd.weight has {} rows", path,
-                out.tokenizer->vocab_size(), c.vocab_size);
-  } else if (model_kind != "none") {
-    fail_unsupported("tokenizer.ggml.model",
-                     "{}: tokenizer.ggml.model '{}': tformer reads \"gpt2\" (byte-level BPE) vocabularies", path,
-                     model_kind);
-  }
-  out.chat_template = r.string_or("tokenizer.chat_template", "");
   return out;
+}
+
+std::unique_ptr<Tokenizer> load_gguf_tokenizer(const std::string& path) {
+  const GgufFile f = GgufFile::open(path);
+  return gguf_tokenizer(f, GgufReader(f));
 }
 
 }  // namespace tformer

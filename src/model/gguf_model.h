@@ -16,7 +16,7 @@
 //
 // The tokenizer goes into tokenizer.ggml.*:
 //   "byte-bpe"  model "gpt2" with tokens spelled in GPT-2's byte alphabet, merges, pre "gpt-2",
-//               special tokens as control tokens, <|endoftext|> as BOS and EOS.
+//               special tokens as control tokens, <|endoftext|> as BOS and EOS (end_of_text_for).
 //   "char"      model "gpt2" with the 256 single-byte tokens (id = byte) and no merges: llama.cpp
 //               then gives one token per byte, as tformer does.
 //   "bpe"       (Sennrich) refused: its ids leave the space between two words implicit, which no
@@ -62,6 +62,11 @@ std::string gguf_architecture_for(const ModelConfig& config);
 GgufExportReport export_gguf(const std::string& path, Model& model, const Tokenizer& tokenizer,
                              const std::string& chat_template, GgufExportType type);
 
+// The EOS id an exported file names: the tokenizer's <|endoftext|>, or for a vocabulary without
+// one the single-byte token least likely in text (NUL, a control byte, DEL, a high byte, a rare
+// symbol; export's report says which): llama.cpp stops generating at its EOS, 11 when none is named.
+TokenId end_of_text_for(const Tokenizer& tokenizer);
+
 // True when the file starts with the GGUF magic.
 bool is_gguf_file(const std::string& path);
 
@@ -69,5 +74,7 @@ bool is_gguf_file(const std::string& path);
 // and tensor first, and refuses a model whose float32 weights exceed the memory available,
 // naming the size, before allocating them.
 LoadedModel load_gguf_model(const std::string& path);
+// Only the tokenizer of a GGUF file (its metadata; no weight is read). Null when it names none.
+std::unique_ptr<Tokenizer> load_gguf_tokenizer(const std::string& path);
 
 }  // namespace tformer

@@ -23,13 +23,18 @@ std::string spelled(std::string_view bytes) { return gpt2_bytes_to_unicode(bytes
 }  // namespace
 
 ByteBpeTokenizer ByteBpeTokenizer::load_gpt2(const std::string& encoder_path, const std::string& vocab_path) {
-  // encoder.json: {"token": id}
   nlohmann::json encoder;
   try {
     encoder = nlohmann::json::parse(read_file(encoder_path));
   } catch (const nlohmann::json::exception& e) {
     fail_file(encoder_path, "{}: not valid JSON: {}", encoder_path, e.what());
   }
+  return from_gpt2_vocab(encoder, read_file(vocab_path), encoder_path, vocab_path);
+}
+
+ByteBpeTokenizer ByteBpeTokenizer::from_gpt2_vocab(const nlohmann::json& encoder, std::string_view text,
+                                                   const std::string& encoder_path, const std::string& vocab_path) {
+  // encoder.json: {"token": id}
   if (!encoder.is_object()) fail_file(encoder_path, "{}: expected a JSON object {{\"token\": id, ...}}", encoder_path);
   std::unordered_map<std::string, TokenId> id_of;  // token bytes -> id
   id_of.reserve(encoder.size());
@@ -63,7 +68,6 @@ ByteBpeTokenizer ByteBpeTokenizer::load_gpt2(const std::string& encoder_path, co
   }
 
   // vocab.bpe: "#version: 0.2", then "first second" per line.
-  const std::string text = read_file(vocab_path);
   std::vector<Merge> merges;
   std::unordered_map<std::string, size_t> made_at;  // merge result bytes -> line (bytes: line 0)
   for (int b = 0; b < 256; ++b) made_at.emplace(std::string(1, static_cast<char>(b)), 0);

@@ -228,7 +228,9 @@ EvalResult TrainSession::evaluate() {
   return e;
 }
 
-void TrainSession::save_model(const std::string& path) { tformer::save_model(path, *model_, tokenizer_.get()); }
+void TrainSession::save_model(const std::string& path) {
+  tformer::save_model(path, *model_, tokenizer_.get(), chat_template_);
+}
 
 void TrainSession::save_checkpoint(const std::string& path) {
   Arena& p = model_->params();
@@ -244,10 +246,11 @@ void TrainSession::save_checkpoint(const std::string& path) {
                                 {"optimizer_steps", opt_->steps()},
                                 {"sampler_state", {rng[0], rng[1], rng[2], rng[3]}},
                                 {"options", options_.to_json()}};
-  write_safetensors(path, tensors,
-                    {{"config", model_->config().to_json().dump()},
-                     {"tokenizer", tokenizer_->to_json().dump()},
-                     {"train_state", state.dump()}});
+  std::map<std::string, std::string> metadata{{"config", model_->config().to_json().dump()},
+                                              {"tokenizer", tokenizer_->to_json().dump()},
+                                              {"train_state", state.dump()}};
+  if (!chat_template_.empty()) metadata["chat_template"] = chat_template_;
+  write_safetensors(path, tensors, metadata);
 }
 
 void TrainSession::load_checkpoint(const std::string& path) {

@@ -97,6 +97,9 @@ class TrainSession {
   int64_t current_step() const { return step_; }  // optimizer steps done
   Model& model() { return *model_; }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
+  // A chat template (GGUF's tokenizer.chat_template) the saved model and checkpoints carry along.
+  void set_chat_template(std::string t) { chat_template_ = std::move(t); }
+  const std::string& chat_template() const { return chat_template_; }
   const TrainOptions& options() const { return options_; }
   TrainOptions& mutable_options() { return options_; }
   const Dataset& data() const { return data_; }
@@ -106,6 +109,7 @@ class TrainSession {
   TrainOptions options_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<Tokenizer> tokenizer_;
+  std::string chat_template_;
   Dataset data_;
   int64_t context_;
   Arena grads_;

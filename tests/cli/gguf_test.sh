@@ -49,15 +49,19 @@ for arch in gpt2 llama; do
 done
 
 # Fine-tuning from the GGUF file and from the model file: the same weights, the same run.
-ft=(--data "$data" --steps 3 --batch 4 --eval-every 0 --eval-steps 1 --log-every 1 --threads 2 --seed 3)
+ft=(--data "$data" --steps 3 --batch 4 --eval-every 3 --eval-steps 2 --log-every 1 --threads 2 --seed 3)
 "$tf" train --init-from "$tmp/gpt2.gguf" --out "$tmp/ft-gguf" "${ft[@]}" > "$tmp/ft-gguf.log" 2>&1
 check "train --init-from a GGUF file exits 0" test $? -eq 0
 "$tf" train --init-from "$tmp/run-gpt2/model.safetensors" --out "$tmp/ft-st" "${ft[@]}" > "$tmp/ft-st.log" 2>&1
 check "train --init-from a model file exits 0" test $? -eq 0
 losses() { grep -E '^step ' "$1" | sed -E 's/ (tok\/s|eta) .*//'; }
 check "the same losses from either" test -n "$(losses "$tmp/ft-gguf.log")" -a "$(losses "$tmp/ft-gguf.log")" = "$(losses "$tmp/ft-st.log")"
-check "fine-tuning starts from the trained loss, not a fresh model's" \
-  awk '/^step 0: train loss/ { exit !($4 + 0 < 4.5) }' "$tmp/ft-gguf.log"
+"$tf" train --config "$tmp/gpt2.json" --tokenizer "$tmp/run-gpt2/model.safetensors" --out "$tmp/fresh" "${ft[@]}" \
+  > "$tmp/fresh.log" 2>&1
+step0() { sed -nE 's/^step 0: train loss ([0-9.]+),.*/\1/p' "$1"; }
+check "step 0 losses are printed" test -n "$(step0 "$tmp/ft-gguf.log")" -a -n "$(step0 "$tmp/fresh.log")"
+check "fine-tuning starts from the trained weights (step 0 loss 0.2 below a fresh model's)" \
+  awk -v a="$(step0 "$tmp/ft-gguf.log")" -v b="$(step0 "$tmp/fresh.log")" 'BEGIN { exit !(a != "" && b != "" && a + 0.2 < b) }'
 "$tf" train --init-from "$tmp/gpt2.gguf" --config "$tmp/gpt2.json" --out "$tmp/ft-bad" "${ft[@]}" > "$tmp/err.txt" 2>&1
 check "--config with --init-from exits 1" test $? -eq 1
 check "--config with --init-from is named" grep -q -- "--config cannot be given with --init-from" "$tmp/err.txt"
