@@ -208,9 +208,11 @@ std::unique_ptr<Tokenizer> read_tokenizer(const fs::path& dir, std::vector<std::
   return nullptr;
 }
 
+// tokenizer_config.json's "chat_template", or chat_template.jinja (where newer transformers save it).
 std::string read_chat_template(const fs::path& dir) {
-  const fs::path p = dir / "tokenizer_config.json";
-  if (!fs::exists(p)) return "";
+  const fs::path p = dir / "tokenizer_config.json", jinja = dir / "chat_template.jinja";
+  if (!fs::exists(p) || !read_json(p.string()).contains("chat_template"))
+    return fs::exists(jinja) ? read_file(jinja.string()) : "";
   const nlohmann::json j = read_json(p.string());
   if (!j.is_object() || !j.contains("chat_template")) return "";
   const auto& t = j["chat_template"];

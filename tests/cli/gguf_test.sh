@@ -4,7 +4,9 @@
 #     eval read the GGUF file (found by its magic, whatever its name) exactly as the model file;
 #   * `tformer train --init-from` a GGUF file and a model file of the same weights: the same
 #     losses; --config or --tokenizer with --init-from refused;
-#   * errors: an unknown --type or --format, a config no llama.cpp architecture computes (named,
+#   * `tformer import --from hf` of the Hugging Face fixture folders, then export: the same logits;
+#     the chat template through import, export and fine-tuning;
+#   * errors: an unknown --type, --format or --from, a config no llama.cpp architecture computes (named,
 #     and no output file left behind).
 #   tests/cli/gguf_test.sh PATH/TO/tformer
 set -uo pipefail
@@ -47,6 +49,25 @@ for arch in gpt2 llama; do
   e2="$("$tf" eval --model "$tmp/$arch.gguf" --data "$data" --max-tokens 2000)"
   check "$arch: eval from the GGUF file" test -n "$e2" -a "$e1" = "$e2"
 done
+
+# Hugging Face folders (tests/fixtures/hf): import, then export to GGUF; the three read alike.
+for hf in gpt2_tiny llama_tiny llama_sharded; do
+  "$tf" import --from hf "$here/fixtures/hf/$hf" --out "$tmp/$hf.safetensors" > "$tmp/import.log" 2>&1
+  check "$hf: import exits 0" test $? -eq 0
+  check "$hf: import names the model" grep -q "wrote $tmp/$hf.safetensors: ${hf%%_*}" "$tmp/import.log"
+  "$tf" export --model "$tmp/$hf.safetensors" --format gguf --out "$tmp/$hf.gguf" > /dev/null 2>&1
+  check "$hf: export exits 0" test $? -eq 0
+  "$tf" logits --model "$tmp/$hf.safetensors" --tokens "258 5 77 259 264" --out "$tmp/a.bin"
+  "$tf" logits --model "$tmp/$hf.gguf" --tokens "258 5 77 259 264" --out "$tmp/b.bin"
+  check "$hf: logits after HF -> tformer -> GGUF are bit-identical" cmp -s "$tmp/a.bin" "$tmp/b.bin"
+done
+check "the chat template reaches the model file" grep -q "m\['role'\]" "$tmp/llama_tiny.safetensors"
+check "the chat template reaches the GGUF file" grep -q "m\['role'\]" "$tmp/llama_tiny.gguf"
+"$tf" train --init-from "$tmp/llama_tiny.gguf" --data "$data" --out "$tmp/ft-chat" --steps 1 --batch 2 --context 8 \
+  --eval-every 0 --eval-steps 1 --threads 2 > /dev/null 2>&1
+check "the chat template survives fine-tuning" grep -q "m\['role'\]" "$tmp/ft-chat/model.safetensors"
+"$tf" import --from onnx "$here/fixtures/hf/gpt2_tiny" --out "$tmp/x.safetensors" > "$tmp/err.txt" 2>&1
+check "import --from other than hf is named" grep -q -- "--from: unknown source 'onnx'" "$tmp/err.txt"
 
 # Fine-tuning from the GGUF file and from the model file: the same weights, the same run.
 ft=(--data "$data" --steps 3 --batch 4 --eval-every 3 --eval-steps 2 --log-every 1 --threads 2 --seed 3)
