@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/file_io.h"
 #include "core/float16.h"
 #include "core/rng.h"
 #include "io/gguf.h"
@@ -151,6 +152,37 @@ TEST_F(GgufModelTest, ErfGeluIsWrittenAsTanhAndTheChangeIsMeasured) {
   EXPECT_LT(r.gelu_max_prob_change, 1e-2);
   auto tanh_model = random_model(tanh_config, 7);
   EXPECT_FALSE(export_gguf(path("t.gguf"), *tanh_model, tok, "", GgufExportType::F32).gelu_changed);
+}
+
+// ---- files of an outside writer -----------------------------------------------------------------
+
+// tests/fixtures/gguf_outside: GGUF files written by tools/reference/gen_gguf_fixtures.py from the
+// format description (not by tformer), laid out as llama.cpp's converter lays them out (Conv1D
+// transposed into attn_qkv, rotate-half rows permuted to adjacent pairs, F16 matrices), with the
+// float64 logits of the Hugging Face reference on the same weights.
+TEST_F(GgufModelTest, FilesOfAnOutsideWriterGiveTheFloat64ReferenceLogits) {
+  for (const char* name : {"gpt2_tiny", "llama_tiny"}) {
+    SCOPED_TRACE(name);
+    const std::string base = std::string("fixtures/gguf_outside/") + name;
+    LoadedModel m = load_model(base + ".gguf");
+    ASSERT_TRUE(m.tokenizer);
+    const auto j = nlohmann::json::parse(read_file(base + ".expected.json"));
+    const auto ids = j["ids"].get<std::vector<TokenId>>();
+    const auto want = j["logits"].get<std::vector<double>>();
+    const auto got = logits_of(*m.model, ids);
+    ASSERT_EQ(got.size(), want.size());
+    double worst = 0, largest = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      worst = std::max(worst, std::fabs(got[i] - want[i]));
+      largest = std::max(largest, std::fabs(want[i]));
+    }
+    EXPECT_GT(largest, 1.0);
+    EXPECT_LE(worst, 1e-5 * largest);
+    std::cout << name << ": max |logit - reference| = " << worst << " (largest " << largest << ")\n";
+    EXPECT_EQ(m.tokenizer->encode(" the in"), (std::vector<TokenId>{258, 220, 259}));
+  }
+  EXPECT_EQ(load_model("fixtures/gguf_outside/llama_tiny.gguf").model->config().rope_pairing, RopePairing::Adjacent);
+  EXPECT_EQ(load_model("fixtures/gguf_outside/llama_tiny.gguf").chat_template, "{{ messages[0]['content'] }}");
 }
 
 // ---- the RoPE permutation ----------------------------------------------------------------------
@@ -302,7 +334,7 @@ TEST_F(GgufModelTest, TheEndOfTextIdIsTheTokenizersOrTheRarestByte) {
   opt.vocab_size = 256 + 5 + 1;
   const ByteBpeTokenizer trained = train_byte_bpe("aaaa bbbb aaaa bbbb abab", opt);
   EXPECT_EQ(end_of_text_for(trained), *trained.eot_id());
-  EXPECT_EQ(end_of_text_for(CharTokenizer::bytes()), 0);  // NUL
+  EXPECT_EQ(end_of_text_for(CharTokenizer::bytes()), 0);                   // NUL
   EXPECT_EQ(end_of_text_for(CharTokenizer::from_corpus("ab\n\x01c")), 1);  // a control byte, not newline
   EXPECT_EQ(end_of_text_for(CharTokenizer::from_corpus("ab c\n&z")), 2);   // '&' (ids: \n space & a b c z)
   EXPECT_EQ(end_of_text_for(CharTokenizer::from_corpus("ba\n")), 2);       // nothing rare: the last id

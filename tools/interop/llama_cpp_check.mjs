@@ -13,8 +13,11 @@
 //      model; the largest absolute difference must stay within the model's bound (BOUNDS below).
 //   2. 64 greedy tokens after a 4-token prompt: llama.cpp's and tformer's identical.
 //   3. @huggingface/gguf reads the file: architecture, counts, tensor names, shapes and types.
-// Then the tokenizers (char, a corpus's char alphabet, GPT-2's byte-level BPE, a trained
-// byte-level BPE): llama.cpp's tokenization of 300 varied texts equals `tformer tokenize`'s.
+// Then files from outside: tools/reference/gen_gguf_fixtures.py's GGUF files (an independent
+// writer) and the Hugging Face fixture folders imported and exported by tformer, each run by
+// llama.cpp against the float64 reference logits. Then the tokenizers (char, a corpus's char
+// alphabet, GPT-2's byte-level BPE, a trained byte-level BPE): llama.cpp's tokenization of 300
+// varied texts equals `tformer tokenize`'s.
 //
 // --write-fixtures DIR keeps, for `make test` (tests/test_model_gguf_llama_cpp.cpp), each model's
 // GGUF file, the evaluated sequence, llama.cpp's probabilities (little-endian float32
@@ -36,6 +39,7 @@ const tformer = path.resolve(flag("--tformer", "build/tformer"));
 const fixtures = flag("--write-fixtures", "");
 const only = flag("--only", "");  // one model by name, and no tokenizer checks (debugging)
 const keep = args.includes("--keep");  // leave the work folder and print its path
+const parts = flag("--parts", "models,outside,tokenizers").split(",");  // which checks to run
 const root = path.resolve(path.dirname(new URL(import.meta.url).pathname), "../..");
 const work = fs.mkdtempSync(path.join(os.tmpdir(), "tformer-interop-"));
 let failures = 0;
@@ -324,12 +328,52 @@ async function checkTokenizer(name, tokenizerArg, sample, keepModel = false) {
   }
 }
 
-for (let i = 0; i < MODELS.length; i++) if (!only || MODELS[i].name === only) await checkModel(MODELS[i], i);
+if (parts.includes("models"))
+  for (let i = 0; i < MODELS.length; i++) if (!only || MODELS[i].name === only) await checkModel(MODELS[i], i);
 if (only) {
   console.log(`work folder: ${work}`);
   process.exit(failures ? 1 : 0);
 }
 
+// ---- files from outside: an independent GGUF writer, and Hugging Face folders -----------------
+
+function referenceProbs(expectedPath) {
+  const j = JSON.parse(fs.readFileSync(expectedPath, "utf8"));
+  return {ids: j.ids, probs: softmaxRows(Float64Array.from(j.logits), j.logits.length / j.ids.length)};
+}
+
+async function checkAgainstReference(label, ggufPath, expectedPath, bound) {
+  const {ids, probs} = referenceProbs(expectedPath);
+  const V = probs.length / ids.length;
+  const cpp = await llamaCppProbs(ggufPath, ids, V, 16);
+  const d = maxAbsDiff(cpp, probs);
+  if (d <= bound) console.log(`ok   ${label}: max |p_llama.cpp - p_float64 reference| = ${d.toExponential(2)}; bound ${bound}`);
+  else fail(`${label}: max |p_llama.cpp - p_float64 reference| = ${d.toExponential(2)} > ${bound}`);
+}
+
+if (parts.includes("outside")) {
+// tools/reference/gen_gguf_fixtures.py's files, run by llama.cpp: the outside writer's layout is
+// llama.cpp's (gpt2 F32: GELU-table bound; llama F16 matrices: F16 bound).
+await checkAgainstReference("outside-writer gpt2_tiny.gguf", path.join(root, "tests/fixtures/gguf_outside/gpt2_tiny.gguf"),
+                            path.join(root, "tests/fixtures/gguf_outside/gpt2_tiny.expected.json"), 2e-3);
+await checkAgainstReference("outside-writer llama_tiny.gguf", path.join(root, "tests/fixtures/gguf_outside/llama_tiny.gguf"),
+                            path.join(root, "tests/fixtures/gguf_outside/llama_tiny.expected.json"), 5e-3);
+// Hugging Face folders through tformer into llama.cpp: import, export F32, run; against the
+// float64 reference of transformers' computation.
+for (const [hf, bound] of [["gpt2_tiny", 2e-3], ["llama_tiny", 1e-5], ["llama_sharded", 1e-5]]) {
+  const st = path.join(work, `hf-${hf}.safetensors`), out = path.join(work, `hf-${hf}.gguf`);
+  run(["import", "--from", "hf", path.join(root, "tests/fixtures/hf", hf), "--out", st]);
+  run(["export", "--model", st, "--format", "gguf", "--out", out]);
+  await checkAgainstReference(`Hugging Face ${hf} -> tformer -> GGUF -> llama.cpp`, out,
+                              path.join(root, "tests/fixtures/hf", hf, "expected.json"), bound);
+  const {metadata} = await gguf(out, {allowLocalFile: true});
+  if (hf === "llama_tiny" && !String(metadata["tokenizer.chat_template"] ?? "").includes("messages"))
+    fail(`${hf}: the chat template is not in the exported file`);
+}
+
+}
+
+if (parts.includes("tokenizers")) {
 const varied = texts(5, 300);
 await checkTokenizer("char", "char", varied);
 const corpus = fs.readFileSync(path.join(root, "tests/fixtures/tinyshakespeare_100k.txt"), "utf8");
@@ -356,6 +400,8 @@ if (fs.existsSync(path.join(root, "build-data/gpt2/encoder.json"))) {
   await checkTokenizer("gpt2", "gpt2", varied);
 } else {
   fail("GPT-2's vocabulary is missing (scripts/fetch-gpt2-vocab.sh)");
+}
+
 }
 
 if (keep) console.log(`work folder: ${work}`);
