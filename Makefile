@@ -28,10 +28,14 @@ test: build
 
 # The live checks against outside programs (docs/gguf.md): tformer's GGUF files run by llama.cpp
 # itself (node-llama-cpp's prebuilt CPU binaries) and read by @huggingface/gguf, both installed in
-# tools/interop with the exact versions of its package-lock.json. Needs npm; `make test` does not.
+# tools/interop with the exact versions of its package-lock.json; and tformer's SentencePiece
+# tokenizer against Debian's spm_train and python3-sentencepiece on freshly trained models. Needs
+# npm and those packages; `make test` does not.
 test-interop: build-tformer
+	@bash scripts/install-deps.sh --interop
 	@bash scripts/install-interop.sh
 	@node tools/interop/llama_cpp_check.mjs --tformer $(BUILD)/tformer
+	@/usr/bin/python3 tools/reference/gen_sentencepiece_fixtures.py --check $(BUILD)/tformer
 
 # The same tests built with AddressSanitizer and UndefinedBehaviorSanitizer.
 test-sanitize: deps

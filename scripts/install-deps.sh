@@ -5,6 +5,7 @@
 #   scripts/install-deps.sh              build, test and demo dependencies
 #   scripts/install-deps.sh --reference  also the outside tools that regenerate fixtures (PyTorch)
 #   scripts/install-deps.sh --lint       also clang-format and clang-tidy 14 (make lint)
+#   scripts/install-deps.sh --interop    also python3-sentencepiece (make test-interop)
 set -euo pipefail
 
 packages=(
@@ -25,8 +26,9 @@ if ! command -v npm >/dev/null 2>&1; then
 fi
 for arg in "$@"; do
   case "$arg" in
-    --reference) packages+=(python3 python3-torch python3-numpy) ;;
+    --reference) packages+=(python3 python3-torch python3-numpy python3-sentencepiece) ;;
     --lint) packages+=(clang-format-14 clang-tidy-14) ;;
+    --interop) packages+=(python3 python3-sentencepiece) ;;
     *) echo "install-deps: unknown option $arg" >&2; exit 2 ;;
   esac
 done

@@ -14,6 +14,7 @@
 #include "core/file_io.h"
 #include "model/hf_import.h"
 #include "test_util.h"
+#include "tokenizer/sentencepiece.h"
 
 namespace tformer {
 namespace {
@@ -79,6 +80,17 @@ TEST(HfImport, TheConfigTokenizerAndChatTemplateAreRead) {
   ASSERT_EQ(s.notes.size(), 1u);
   EXPECT_NE(s.notes[0].find("zero feed-forward biases"), std::string::npos);
   EXPECT_EQ(s.tokenizer->to_json(), g.tokenizer->to_json());  // "a b" merges read as pairs
+}
+
+TEST(HfImport, ASentencePieceTokenizerModelIsRead) {
+  expect_reference_logits("llama_spm");
+  HfModel m = import_hf(std::string(kDir) + "/llama_spm");
+  ASSERT_TRUE(m.tokenizer);
+  EXPECT_EQ(m.tokenizer->kind(), "sentencepiece");
+  const auto fixture = nlohmann::json::parse(read_file("fixtures/sentencepiece/llamaish.json"));
+  for (size_t i = 0; i < 20; ++i)
+    EXPECT_EQ(m.tokenizer->encode(fixture["texts"][i].get<std::string>()),
+              fixture["ids"][i].get<std::vector<TokenId>>());
 }
 
 // ---- broken and unsupported folders ------------------------------------------------------------

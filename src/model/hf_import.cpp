@@ -13,6 +13,7 @@
 #include "core/memory.h"
 #include "io/safetensors.h"
 #include "tokenizer/byte_bpe.h"
+#include "tokenizer/sentencepiece.h"
 
 namespace tformer {
 
@@ -200,11 +201,16 @@ std::unique_ptr<Tokenizer> read_tokenizer(const fs::path& dir, std::vector<std::
   }
   if (fs::exists(vocab) && fs::exists(merges))
     return std::make_unique<ByteBpeTokenizer>(ByteBpeTokenizer::load_gpt2(vocab.string(), merges.string()));
-  if (fs::exists(dir / "tokenizer.model"))
-    notes.push_back("tokenizer.model (SentencePiece) is not read yet: the model file carries no tokenizer");
-  else
-    notes.push_back(
-        "no tokenizer.json, vocab.json + merges.txt or tokenizer.model: the model file carries no tokenizer");
+  if (fs::exists(dir / "tokenizer.model")) {
+    try {
+      return std::make_unique<SentencePieceTokenizer>(SentencePieceTokenizer::load((dir / "tokenizer.model").string()));
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::Unsupported) throw;
+      notes.push_back(fmt::format("tokenizer.model: {}; the model file carries no tokenizer", e.what()));
+      return nullptr;
+    }
+  }
+  notes.push_back("no tokenizer.json, vocab.json + merges.txt or tokenizer.model: the model file carries no tokenizer");
   return nullptr;
 }
 

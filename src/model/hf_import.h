@@ -2,7 +2,8 @@
 //
 // DIR holds config.json, the weights (model.safetensors, or shards model-0000k-of-0000n.safetensors
 // listed in model.safetensors.index.json's "weight_map"; F32, F16 or BF16) and a tokenizer
-// (tokenizer.json, or vocab.json + merges.txt; tokenizer_config.json's chat_template is kept).
+// (tokenizer.json, or vocab.json + merges.txt, or SentencePiece's tokenizer.model for a BPE model;
+// tokenizer_config.json's chat_template, or chat_template.jinja, is kept).
 //
 //   GPT2LMHeadModel (model_type "gpt2")   pre-LN, LayerNorm, learned positions, biases.
 //     transformer.wte / wpe / h.N.ln_1, attn.c_attn, attn.c_proj, ln_2, mlp.c_fc, mlp.c_proj / ln_f.

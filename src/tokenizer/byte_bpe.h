@@ -79,10 +79,10 @@ class ByteBpeTokenizer : public Tokenizer {
 
   // GPT-2's encoder.json and vocab.bpe (validated; errors name the file and line or id).
   static ByteBpeTokenizer load_gpt2(const std::string& encoder_path, const std::string& vocab_path);
-  // The same from their contents: `encoder` the parsed encoder.json object, `merges` the text of
-  // vocab.bpe (or a Hugging Face merges.txt); errors name encoder_name and merges_name.
-  static ByteBpeTokenizer from_gpt2_vocab(const nlohmann::json& encoder, std::string_view merges,
-                                          const std::string& encoder_name, const std::string& merges_name);
+  // The same from their contents: `encoder` the parsed encoder.json object, `text` the text of
+  // vocab.bpe (or a Hugging Face merges.txt); errors name encoder_path and vocab_path.
+  static ByteBpeTokenizer from_gpt2_vocab(const nlohmann::json& encoder, std::string_view text,
+                                          const std::string& encoder_path, const std::string& vocab_path);
   // dir/encoder.json and dir/vocab.bpe.
   static ByteBpeTokenizer load_gpt2_dir(const std::string& dir);
   static ByteBpeTokenizer from_json(const nlohmann::json& j);

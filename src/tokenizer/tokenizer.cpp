@@ -10,6 +10,7 @@
 #include "tokenizer/byte_bpe.h"
 #include "tokenizer/char_tokenizer.h"
 #include "tokenizer/sennrich_tokenizer.h"
+#include "tokenizer/sentencepiece.h"
 
 namespace tformer {
 
@@ -37,7 +38,8 @@ std::unique_ptr<Tokenizer> tokenizer_from_json(const nlohmann::json& j) {
   if (kind == "char") return std::make_unique<CharTokenizer>(CharTokenizer::from_json(j));
   if (kind == "byte-bpe") return std::make_unique<ByteBpeTokenizer>(ByteBpeTokenizer::from_json(j));
   if (kind == "bpe") return std::make_unique<SennrichTokenizer>(SennrichTokenizer::from_json(j));
-  fail_unsupported("kind", "tokenizer JSON: unknown kind '{}' (known: char, bpe, byte-bpe)", kind);
+  if (kind == "sentencepiece") return std::make_unique<SentencePieceTokenizer>(SentencePieceTokenizer::from_json(j));
+  fail_unsupported("kind", "tokenizer JSON: unknown kind '{}' (known: char, bpe, byte-bpe, sentencepiece)", kind);
 }
 
 std::unique_ptr<Tokenizer> load_tokenizer_file(const std::string& path) {
@@ -95,6 +97,8 @@ std::unique_ptr<Tokenizer> tokenizer_by_name(const std::string& name, const std:
     if (codes.empty()) fail_input(name, "tokenizer '{}': expected bpe:CODES, the path of a codes file", name);
     return std::make_unique<SennrichTokenizer>(SennrichTokenizer::load_codes(codes));
   }
+  if (name.starts_with("spm:"))
+    return std::make_unique<SentencePieceTokenizer>(SentencePieceTokenizer::load(name.substr(4)));
   if (name.starts_with("byte-bpe:")) {
     const std::string vocab = name.substr(9);
     if (vocab.empty())
@@ -108,7 +112,9 @@ std::unique_ptr<Tokenizer> tokenizer_by_name(const std::string& name, const std:
     return tok;
   }
   if (!std::filesystem::exists(name))
-    fail_input(name, "tokenizer '{}': not 'gpt2', 'char', 'bpe:CODES' or 'byte-bpe:VOCAB', and no such file", name);
+    fail_input(name,
+               "tokenizer '{}': not 'gpt2', 'char', 'bpe:CODES', 'byte-bpe:VOCAB' or 'spm:MODEL', and no such file",
+               name);
   return load_tokenizer_file(name);
 }
 

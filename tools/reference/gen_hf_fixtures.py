@@ -55,6 +55,8 @@ The folders (tests/fixtures/hf/):
                  tokenizer.json (pair merges), tokenizer_config.json with a chat template
   llama_sharded  LlamaForCausalLM, F16 weights in two shards with the index, MQA, tied,
                  attention_bias true and mlp_bias false; tokenizer.json (string merges)
+  llama_spm      LlamaForCausalLM, F16, MHA, untied, vocabulary 900: SentencePiece's tokenizer.model
+                 (tests/fixtures/sentencepiece/llamaish.model, run gen_sentencepiece_fixtures.py first)
 Each has expected.json: token ids and the float64 logits computed here from the stored (rounded)
 weights. Run with Debian's python3-torch:  /usr/bin/python3 tools/reference/gen_hf_fixtures.py
 """
@@ -227,8 +229,8 @@ def write_folder(name, config, weights, dtype, tokenizer_files, ids, reference, 
             json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2, sort_keys=True)
             f.write("\n")
     for file, text in tokenizer_files.items():
-        with open(os.path.join(folder, file), "w", encoding="utf-8") as f:
-            f.write(text)
+        with open(os.path.join(folder, file), "wb") as f:
+            f.write(text if isinstance(text, bytes) else text.encode("utf-8"))
     # The reference runs on exactly the stored values.
     logits = reference({n: t.to(torch.float64) for n, t in stored.items()}, config, torch.tensor(ids))
     with open(os.path.join(folder, "expected.json"), "w") as f:
@@ -280,7 +282,8 @@ def main():
                   p + "mlp.c_proj.weight": draw((FF, E), gen), p + "mlp.c_proj.bias": draw((E,), gen, 0.1)})
     write_folder("gpt2_tiny", gcfg, w, torch.float32, gpt2_files(vocab, merges), ids, gpt2_reference)
 
-    def llama(name, heads, kv, tied, attention_bias, mlp_bias, theta, dtype, pair_merges, shards, seed, extra):
+    def llama(name, heads, kv, tied, attention_bias, mlp_bias, theta, dtype, pair_merges, shards, seed, extra,
+              V=V, files=None):
         gen = torch.Generator().manual_seed(seed)
         cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": V, "hidden_size": E,
                "intermediate_size": FF, "num_hidden_layers": L, "num_attention_heads": heads,
@@ -305,14 +308,22 @@ def main():
                 w[p + proj + ".weight"] = draw((rows, cols), gen)
                 if bias:
                     w[p + proj + ".bias"] = draw((rows,), gen, 0.1)
-        files = {"tokenizer.json": tokenizer_json(vocab, merges, pair_merges)}
-        files.update(extra)
+        if files is None:
+            files = {"tokenizer.json": tokenizer_json(vocab, merges, pair_merges)}
+        files = dict(files, **extra)
         write_folder(name, cfg, w, dtype, files, ids, llama_reference, shards)
 
     chat = "{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}<|endoftext|>\n{% endfor %}"
     llama("llama_tiny", 4, 2, False, False, False, 500.0, torch.bfloat16, True, 1, 2,
           {"tokenizer_config.json": json.dumps({"chat_template": chat, "model_max_length": P}, indent=1)})
     llama("llama_sharded", 4, 1, True, True, False, 10000.0, torch.float16, False, 2, 3, {})
+    # SentencePiece's tokenizer.model (Llama's own tokenizer file): the SentencePiece fixture
+    # llamaish.model (gen_sentencepiece_fixtures.py; 900 pieces) as the folder's tokenizer.
+    spm_model = os.path.join(OUT, "..", "sentencepiece", "llamaish.model")
+    with open(spm_model, "rb") as f:
+        model_bytes = f.read()
+    llama("llama_spm", 4, 4, False, False, False, 10000.0, torch.float16, True, 1, 4, {}, V=900,
+          files={"tokenizer.model": model_bytes})
 
 
 if __name__ == "__main__":
