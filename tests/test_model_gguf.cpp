@@ -23,6 +23,7 @@
 #include "tokenizer/byte_bpe_train.h"
 #include "tokenizer/char_tokenizer.h"
 #include "tokenizer/sennrich_tokenizer.h"
+#include "tokenizer/sentencepiece.h"
 
 namespace tformer {
 namespace {
@@ -343,6 +344,44 @@ TEST_F(GgufModelTest, TheEndOfTextIdIsTheTokenizersOrTheRarestByte) {
   const GgufFile f = GgufFile::open(path("e.gguf"));
   EXPECT_EQ(f.find_value("tokenizer.ggml.eos_token_id")->type, GgufType::U32);
   EXPECT_EQ(f.find_value("tokenizer.ggml.eos_token_id")->i, 0);
+}
+
+TEST_F(GgufModelTest, SentencePieceVocabulariesBecomeLlamaCppsLlamaTokenizer) {
+  const auto sp = SentencePieceTokenizer::load("fixtures/sentencepiece/llamaish.model");
+  auto m = random_model(config(("{\"vocab_size\": " + std::to_string(sp.vocab_size()) + "}").c_str()), 13);
+  const GgufExportReport r = export_gguf(path("s.gguf"), *m, sp, "", GgufExportType::F32);
+  EXPECT_TRUE(std::any_of(r.notes.begin(), r.notes.end(),
+                          [](const std::string& n) { return n.find("2 user-defined pieces") != std::string::npos; }));
+  const GgufFile f = GgufFile::open(path("s.gguf"));
+  EXPECT_EQ(f.find_value("tokenizer.ggml.model")->s, "llama");
+  EXPECT_EQ(f.find_value("tokenizer.ggml.scores")->floats.size(), static_cast<size_t>(sp.vocab_size()));
+  EXPECT_EQ(f.find_value("tokenizer.ggml.unknown_token_id")->i, sp.unk_id());
+  const auto back = load_gguf_tokenizer(path("s.gguf"));
+  ASSERT_TRUE(back);
+  EXPECT_EQ(back->kind(), "sentencepiece");
+  EXPECT_TRUE(dynamic_cast<const SentencePieceTokenizer&>(*back).llama_cpp_rules());
+  // Text without user-defined pieces: the same ids by either rule.
+  const auto fixture = nlohmann::json::parse(read_file("fixtures/sentencepiece/llamaish.json"));
+  size_t compared = 0;
+  for (size_t i = 0; i < fixture["texts"].size(); ++i) {
+    const auto t = fixture["texts"][i].get<std::string>();
+    if (t.find("<|") != std::string::npos) continue;
+    EXPECT_EQ(back->encode(t), fixture["ids"][i].get<std::vector<TokenId>>()) << t;
+    ++compared;
+  }
+  EXPECT_GT(compared, 150u);
+  // With one: llama.cpp's rule puts the space prefix after the piece (sentencepiece does not).
+  const std::vector<TokenId> by_sentencepiece = sp.encode("<|user|>hi"), by_llama_cpp = back->encode("<|user|>hi");
+  EXPECT_NE(by_sentencepiece, by_llama_cpp);
+  const auto user =
+      std::find_if(sp.pieces().begin(), sp.pieces().end(), [](const auto& p) { return p.text == "<|user|>"; });
+  ASSERT_NE(user, sp.pieces().end());
+  EXPECT_EQ(by_llama_cpp[0], static_cast<TokenId>(user - sp.pieces().begin()));  // the piece first, then "▁hi"
+  // A model that normalizes (nmt_nfkc) or drops whitespace has no faithful llama.cpp form.
+  const auto nfkc = SentencePieceTokenizer::load("fixtures/sentencepiece/multi_bf.model");
+  auto m2 = random_model(config(("{\"vocab_size\": " + std::to_string(nfkc.vocab_size()) + "}").c_str()), 14);
+  EXPECT_ERROR(export_gguf(path("n.gguf"), *m2, nfkc, "", GgufExportType::F32), ErrorKind::Unsupported, "tokenizer",
+               "nmt_nfkc");
 }
 
 TEST_F(GgufModelTest, TheChatTemplateTravelsBothWays) {

@@ -112,10 +112,11 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, LlamaCpp, ::testing::ValuesIn(kFixtures),
 
 // llama.cpp's tokenization of each exported vocabulary (300 varied texts; a corpus alphabet: 300
 // slices of its corpus) equals tformer's. The vocabularies: the 256 bytes, GPT-2's (from
-// build-data/gpt2), and the two kept as GGUF files (a corpus's char alphabet, a trained byte-level
-// BPE), read back through tformer's GGUF tokenizer reader.
+// build-data/gpt2), and the three kept as GGUF files (a corpus's char alphabet, a trained byte-level
+// BPE, a SentencePiece BPE model with Llama's settings), read back through tformer's GGUF tokenizer
+// reader (which reads a "llama" vocabulary by llama.cpp's rules).
 TEST(LlamaCppTokenization, EveryExportedVocabularyTokenizesAsLlamaCppDoes) {
-  for (const char* name : {"char", "char-alphabet", "byte-bpe-trained", "gpt2"}) {
+  for (const char* name : {"char", "char-alphabet", "byte-bpe-trained", "sentencepiece", "gpt2"}) {
     SCOPED_TRACE(name);
     std::unique_ptr<Tokenizer> tok;
     const std::string base = std::string(kDir) + "/tokenize_" + name;

@@ -18,6 +18,7 @@
 #include "kernels/softmax.h"
 #include "tokenizer/byte_bpe.h"
 #include "tokenizer/char_tokenizer.h"
+#include "tokenizer/sentencepiece.h"
 
 namespace tformer {
 
@@ -122,7 +123,55 @@ TokenId end_of_text_for(const Tokenizer& tok) {
 
 namespace {
 
+// A SentencePiece BPE vocabulary as llama.cpp's "llama" tokenizer, which splits nothing and
+// normalizes nothing: exact only for models that do not either (Llama's own settings).
+void add_sentencepiece_metadata(Metadata& md, const SentencePieceTokenizer& sp) {
+  const auto& n = sp.normalizer();
+  if (!n.charsmap.empty())
+    fail_unsupported("tokenizer",
+                     "the SentencePiece model normalizes text ('{}'): llama.cpp's SentencePiece tokenizer "
+                     "does not, so its ids would differ (train with --normalization_rule_name=identity)",
+                     n.name);
+  if (n.remove_extra_whitespaces || !n.escape_whitespaces || sp.whitespace_as_suffix())
+    fail_unsupported(
+        "tokenizer",
+        "the SentencePiece model {}: llama.cpp's SentencePiece tokenizer keeps every space "
+        "and marks it before the word (train with --remove_extra_whitespaces=false)",
+        n.remove_extra_whitespaces ? "removes extra whitespace" : "does not escape whitespace the usual way");
+  if (!sp.byte_fallback())
+    fail_unsupported("tokenizer",
+                     "the SentencePiece model has no byte fallback: llama.cpp fails on a character "
+                     "outside the vocabulary (train with --byte_fallback=true)");
+  std::vector<std::string> tokens;
+  std::vector<double> scores;
+  std::vector<int64_t> types;
+  for (const auto& p : sp.pieces()) {
+    tokens.push_back(p.text);
+    scores.push_back(p.score);
+    types.push_back(static_cast<int64_t>(p.type));  // the same numbering as llama.cpp's token types
+  }
+  md.emplace_back("tokenizer.ggml.model", GgufValue::string("llama"));
+  md.emplace_back("tokenizer.ggml.tokens", GgufValue::string_array(std::move(tokens)));
+  md.emplace_back("tokenizer.ggml.scores", GgufValue::float_array(GgufType::F32, std::move(scores)));
+  md.emplace_back("tokenizer.ggml.token_type", GgufValue::int_array(GgufType::I32, std::move(types)));
+  const auto specials = sp.special_tokens();
+  auto id_of = [&](const char* text) {
+    const auto it = specials.find(text);
+    return it == specials.end() ? end_of_text_for(sp) : it->second;
+  };
+  md.emplace_back("tokenizer.ggml.bos_token_id", GgufValue::u32(static_cast<uint32_t>(id_of("<s>"))));
+  md.emplace_back("tokenizer.ggml.eos_token_id", GgufValue::u32(static_cast<uint32_t>(id_of("</s>"))));
+  md.emplace_back("tokenizer.ggml.unknown_token_id", GgufValue::u32(static_cast<uint32_t>(sp.unk_id())));
+  md.emplace_back("tokenizer.ggml.add_bos_token", GgufValue::boolean(false));
+  md.emplace_back("tokenizer.ggml.add_eos_token", GgufValue::boolean(false));
+  md.emplace_back("tokenizer.ggml.add_space_prefix", GgufValue::boolean(n.add_dummy_prefix));
+}
+
 void add_tokenizer_metadata(Metadata& md, const Tokenizer& tok) {
+  if (tok.kind() == "sentencepiece") {
+    add_sentencepiece_metadata(md, dynamic_cast<const SentencePieceTokenizer&>(tok));
+    return;
+  }
   std::vector<std::string> tokens;
   std::vector<int64_t> types;
   std::vector<std::string> merges;
@@ -157,9 +206,9 @@ void add_tokenizer_metadata(Metadata& md, const Tokenizer& tok) {
     pre = "gpt-2";
   } else {
     fail_unsupported("tokenizer",
-                     "the model's tokenizer is of kind '{}': only byte-level BPE (\"byte-bpe\") and \"char\" "
-                     "vocabularies have a llama.cpp form (Sennrich BPE leaves the space between two words "
-                     "implicit, which no llama.cpp tokenizer reproduces)",
+                     "the model's tokenizer is of kind '{}': only byte-level BPE (\"byte-bpe\"), \"char\" and "
+                     "SentencePiece vocabularies have a llama.cpp form (Sennrich BPE leaves the space between two "
+                     "words implicit, which no llama.cpp tokenizer reproduces)",
                      kind);
   }
   md.emplace_back("tokenizer.ggml.model", GgufValue::string("gpt2"));
@@ -379,7 +428,18 @@ GgufExportReport export_gguf(const std::string& path, Model& model, const Tokeni
     md.emplace_back("tformer.rope_pairing", GgufValue::string(to_string(c.rope_pairing)));
   }
   add_tokenizer_metadata(md, tokenizer);
-  if (!tokenizer.eot_id()) {
+  if (tokenizer.kind() == "sentencepiece") {
+    const auto& sp = dynamic_cast<const SentencePieceTokenizer&>(tokenizer);
+    const auto n = std::count_if(sp.pieces().begin(), sp.pieces().end(), [](const auto& p) {
+      return p.type == SentencePieceTokenizer::PieceType::UserDefined;
+    });
+    if (n > 0 && !sp.llama_cpp_rules())
+      report.notes.push_back(fmt::format(
+          "tokenizer: {} user-defined pieces: llama.cpp cuts the text at them and puts the space prefix after each, "
+          "where sentencepiece does not, so text containing them tokenizes differently there",
+          n));
+  }
+  if (!tokenizer.eot_id() && tokenizer.kind() != "sentencepiece") {
     std::string text;
     tokenizer.append_token_bytes(end_of_text_for(tokenizer), text);
     report.notes.push_back(fmt::format(
@@ -599,13 +659,57 @@ std::unique_ptr<Tokenizer> read_gpt2_tokenizer(const GgufFile& f, const GgufRead
 }
 
 // The file's tokenizer (null when it names none).
+// tokenizer.ggml.model "llama": SentencePiece pieces with scores and types, no normalization, a
+// space prefix unless add_space_prefix says otherwise, byte fallback when the <0xXX> pieces are there.
+std::unique_ptr<Tokenizer> read_llama_tokenizer(const GgufFile& f, const GgufReader& r) {
+  const auto& tokens = r.strings("tokenizer.ggml.tokens");
+  const GgufValue& scores = r.value("tokenizer.ggml.scores");
+  if (scores.type != GgufType::Array || scores.floats.size() != tokens.size())
+    fail_file("tokenizer.ggml.scores", "{}: tokenizer.ggml.scores must be a float array of {} entries", f.path(),
+              tokens.size());
+  std::vector<int64_t> types(tokens.size(), 1);
+  if (r.has("tokenizer.ggml.token_type")) {
+    const GgufValue& v = r.value("tokenizer.ggml.token_type");
+    if (v.type != GgufType::Array || v.ints.size() != tokens.size())
+      fail_file("tokenizer.ggml.token_type", "{}: tokenizer.ggml.token_type must be an integer array of {} entries",
+                f.path(), tokens.size());
+    types = v.ints;
+  }
+  std::vector<SentencePieceTokenizer::Piece> pieces;
+  bool bytes = false;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (types[i] < 1 || types[i] > 6)
+      fail_file("tokenizer.ggml.token_type", "{}: token {} has type {} (1 .. 6)", f.path(), i, types[i]);
+    const auto type = static_cast<SentencePieceTokenizer::PieceType>(types[i]);
+    bytes = bytes || type == SentencePieceTokenizer::PieceType::Byte;
+    pieces.push_back({tokens[i], static_cast<float>(scores.floats[i]), type});
+  }
+  bool space_prefix = true;
+  if (r.has("tokenizer.ggml.add_space_prefix")) {
+    const GgufValue& v = r.value("tokenizer.ggml.add_space_prefix");
+    if (v.type != GgufType::Bool)
+      fail_file("tokenizer.ggml.add_space_prefix", "{}: add_space_prefix is not a bool", f.path());
+    space_prefix = v.i != 0;
+  }
+  try {
+    auto t = std::make_unique<SentencePieceTokenizer>(
+        std::move(pieces), SentencePieceTokenizer::Normalizer{"identity", "", space_prefix, false, true}, bytes);
+    t->set_llama_cpp_rules(true);
+    return t;
+  } catch (const Error& e) {
+    fail_file("tokenizer.ggml.tokens", "{}: tokenizer.ggml.tokens: {}", f.path(), e.what());
+  }
+}
+
 std::unique_ptr<Tokenizer> gguf_tokenizer(const GgufFile& f, const GgufReader& r) {
   const std::string model_kind = r.string_or("tokenizer.ggml.model", "none");
   if (model_kind == "gpt2") return read_gpt2_tokenizer(f, r);
+  if (model_kind == "llama") return read_llama_tokenizer(f, r);
   if (model_kind != "none")
     fail_unsupported("tokenizer.ggml.model",
-                     "{}: tokenizer.ggml.model '{}': tformer reads \"gpt2\" (byte-level BPE) vocabularies", f.path(),
-                     model_kind);
+                     "{}: tokenizer.ggml.model '{}': tformer reads \"gpt2\" (byte-level BPE) and \"llama\" "
+                     "(SentencePiece) vocabularies",
+                     f.path(), model_kind);
   return nullptr;
 }
 

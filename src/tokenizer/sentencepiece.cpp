@@ -186,6 +186,10 @@ void SentencePieceTokenizer::build() {
     for (int b = 0; b < 256; ++b)
       if (byte_id_[static_cast<size_t>(b)] < 0)
         fail_input("pieces", "SentencePiece: byte_fallback is on but byte <0x{:02X}> has no piece", b);
+  specials_by_length_.clear();
+  for (size_t i = 0; i < pieces_.size(); ++i)
+    if (pieces_[i].type == PieceType::UserDefined || pieces_[i].type == PieceType::Control)
+      specials_by_length_.emplace_back(pieces_[i].text, static_cast<TokenId>(i));
   std::sort(user_defined_.begin(), user_defined_.end(),
             [](const std::string& a, const std::string& b) { return a.size() > b.size(); });
   trie_.reset();
@@ -263,10 +267,57 @@ std::string SentencePieceTokenizer::normalize(std::string_view input) const {
   return out;
 }
 
-std::vector<TokenId> SentencePieceTokenizer::encode(std::string_view text, bool) const {
-  const std::string normalized = normalize(text);
+std::vector<TokenId> SentencePieceTokenizer::encode(std::string_view text, bool allow_special) const {
   std::vector<TokenId> ids;
-  if (normalized.empty()) return ids;
+  if (!llama_cpp_) {
+    encode_normalized(normalize(text), ids);
+    return ids;
+  }
+  // llama.cpp: the text is cut at user-defined pieces (and, with allow_special, control pieces),
+  // each one's id is emitted, and every stretch between them is encoded on its own, with a space
+  // in front when it comes first or after such a piece (add_space_prefix).
+  bool after_special = true;
+  size_t start = 0, at = 0;
+  auto flush = [&](size_t end) {
+    if (end == start) return;
+    std::string stretch = after_special && normalizer_.add_dummy_prefix ? " " : "";
+    stretch.append(text.substr(start, end - start));
+    std::string escaped;
+    for (char c : stretch) {
+      if (c == ' ')
+        escaped += kSpace;
+      else
+        escaped += c;
+    }
+    encode_normalized(escaped, ids);
+    after_special = false;
+  };
+  while (at < text.size()) {
+    size_t best = 0;
+    TokenId best_id = -1;
+    for (const auto& [piece, id] : specials_by_length_) {
+      if (!allow_special && pieces_[static_cast<size_t>(id)].type == PieceType::Control) continue;
+      if (piece.size() > best && text.substr(at).starts_with(piece)) {
+        best = piece.size();
+        best_id = id;
+      }
+    }
+    if (best == 0) {
+      ++at;
+      continue;
+    }
+    flush(at);
+    ids.push_back(best_id);
+    after_special = true;
+    at += best;
+    start = at;
+  }
+  flush(text.size());
+  return ids;
+}
+
+void SentencePieceTokenizer::encode_normalized(std::string_view normalized, std::vector<TokenId>& ids) const {
+  if (normalized.empty()) return;
   // Symbols over `normalized`: [begin, begin + len), linked; frozen ones never merge.
   struct Symbol {
     size_t begin, len;
@@ -276,7 +327,7 @@ std::vector<TokenId> SentencePieceTokenizer::encode(std::string_view text, bool)
   std::vector<Symbol> sym;
   for (size_t at = 0; at < normalized.size();) {
     const std::string_view rest(normalized.data() + at, normalized.size() - at);
-    size_t len = user_defined_prefix(rest);
+    size_t len = llama_cpp_ ? 0 : user_defined_prefix(rest);
     const bool frozen = len > 0;
     if (!frozen && !valid_utf8_char(rest, len)) len = 1;  // cannot happen after normalize
     const int i = static_cast<int>(sym.size());
@@ -352,7 +403,6 @@ std::vector<TokenId> SentencePieceTokenizer::encode(std::string_view text, bool)
   };
   for (int i = 0; i >= 0 && static_cast<size_t>(i) < sym.size(); i = sym[static_cast<size_t>(i)].next)
     emit(piece_of(sym[static_cast<size_t>(i)]), emit);
-  return ids;
 }
 
 void SentencePieceTokenizer::append_token_bytes(TokenId id, std::string& out) const {
@@ -507,6 +557,7 @@ nlohmann::json SentencePieceTokenizer::to_json() const {
             {"escape_whitespaces", normalizer_.escape_whitespaces}}},
           {"byte_fallback", byte_fallback_},
           {"treat_whitespace_as_suffix", whitespace_suffix_},
+          {"llama_cpp", llama_cpp_},
           {"unk_surface", unk_surface_}};
 }
 
@@ -528,6 +579,7 @@ SentencePieceTokenizer SentencePieceTokenizer::from_json(const nlohmann::json& j
     SentencePieceTokenizer t(std::move(pieces), std::move(norm), j.at("byte_fallback").get<bool>(),
                              j.at("unk_surface").get<std::string>());
     t.whitespace_suffix_ = j.at("treat_whitespace_as_suffix").get<bool>();
+    t.llama_cpp_ = j.value("llama_cpp", false);
     return t;
   } catch (const nlohmann::json::exception& e) {
     fail_file("sentencepiece", "sentencepiece JSON: {}", e.what());

@@ -34,7 +34,10 @@
 // normalizes (NFKC for spm_train's default nmt_nfkc, which folds e.g. full-width letters) and drops
 // extra whitespace, so decode(encode(x)) == x only for text that is already normalized.
 //
-// JSON form: {"kind": "sentencepiece", "version": 1, "model": "<the .model file in base64>"}.
+// JSON form: {"kind": "sentencepiece", "version": 1, "pieces": [[text, score, type], ...],
+//   "normalizer": {"name", "precompiled_charsmap" (base64), "add_dummy_prefix",
+//   "remove_extra_whitespaces", "escape_whitespaces"}, "byte_fallback", "treat_whitespace_as_suffix",
+//   "llama_cpp", "unk_surface"}.
 #pragma once
 
 #include <cstdint>
@@ -77,7 +80,8 @@ class SentencePieceTokenizer : public Tokenizer {
 
   std::string kind() const override { return "sentencepiece"; }
   int64_t vocab_size() const override { return static_cast<int64_t>(pieces_.size()); }
-  // allow_special has no effect: SentencePiece never reads control pieces from text.
+  // allow_special: SentencePiece never reads control pieces from text; under llama.cpp's rules
+  // (set_llama_cpp_rules) it does, as llama.cpp's parse_special.
   std::vector<TokenId> encode(std::string_view text, bool allow_special = false) const override;
   void append_token_bytes(TokenId id, std::string& out) const override;
   void append_token_bytes_after(TokenId previous, TokenId id, std::string& out) const override;
@@ -89,11 +93,21 @@ class SentencePieceTokenizer : public Tokenizer {
   const std::vector<Piece>& pieces() const { return pieces_; }
   const Normalizer& normalizer() const { return normalizer_; }
   bool byte_fallback() const { return byte_fallback_; }
+  bool whitespace_as_suffix() const { return whitespace_suffix_; }
+  // llama.cpp's reading of a "llama" vocabulary (GGUF import): user-defined pieces (and, with
+  // allow_special, control pieces) cut the text first, each stretch between them is encoded alone,
+  // with the space prefix in front of the first and of each one after such a piece; no other
+  // normalization. sentencepiece itself instead matches user-defined pieces while splitting, and
+  // puts the dummy prefix only at the start.
+  void set_llama_cpp_rules(bool on) { llama_cpp_ = on; }
+  bool llama_cpp_rules() const { return llama_cpp_; }
   TokenId unk_id() const { return unk_id_; }
 
  private:
   struct Trie;
   void build();
+  // Steps 2-4 on normalized text, appending to ids.
+  void encode_normalized(std::string_view normalized, std::vector<TokenId>& ids) const;
   // The longest user-defined piece at the start of s (0 when none).
   size_t user_defined_prefix(std::string_view s) const;
   // The longest charsmap rule at the start of s: its length and replacement (length 0: none).
@@ -103,13 +117,15 @@ class SentencePieceTokenizer : public Tokenizer {
   Normalizer normalizer_;
   bool byte_fallback_ = false;
   bool whitespace_suffix_ = false;
+  bool llama_cpp_ = false;
   std::string unk_surface_;
   std::string model_bytes_;  // the .model file this came from, kept for to_json (empty: built)
   TokenId unk_id_ = -1;
-  std::unordered_map<std::string, TokenId> mergeable_;  // normal, user-defined and unused pieces
-  std::unordered_map<std::string, TokenId> reserved_;   // control, unknown and byte pieces
-  std::vector<TokenId> byte_id_;                        // byte -> its <0xXX> piece, -1 when absent
-  std::vector<std::string> user_defined_;               // longest first
+  std::unordered_map<std::string, TokenId> mergeable_;               // normal, user-defined and unused pieces
+  std::unordered_map<std::string, TokenId> reserved_;                // control, unknown and byte pieces
+  std::vector<TokenId> byte_id_;                                     // byte -> its <0xXX> piece, -1 when absent
+  std::vector<std::string> user_defined_;                            // longest first
+  std::vector<std::pair<std::string, TokenId>> specials_by_length_;  // user-defined and control pieces
   std::unique_ptr<Trie> trie_;
 };
 
