@@ -92,6 +92,8 @@ TEST_F(GgufModelTest, RoundTripThroughF32GivesBitIdenticalLogits) {
           "rope_pairing": "adjacent", "rope_base": 500})",
       R"({"activation": "gelu_tanh", "positions": "learned"})",
       R"({"activation": "gelu_tanh", "positions": "learned", "n_kv_heads": 2, "tied_embeddings": false})",
+      R"({"activation": "gelu_tanh", "positions": "none", "n_kv_heads": 1})",
+      R"({"activation": "gelu_tanh", "positions": "none", "bias": false, "tied_embeddings": false})",
   };
   const auto tok = CharTokenizer::bytes();
   for (const char* cfg : configs) {
@@ -281,7 +283,7 @@ TEST_F(GgufModelTest, ConfigsNoLlamaCppArchitectureComputesAreRefusedByOption) {
                "post");
   EXPECT_ERROR(gguf_architecture_for(config(R"({"activation": "swiglu"})")), ErrorKind::Unsupported, "activation");
   EXPECT_ERROR(gguf_architecture_for(config(R"({"positions": "rope"})")), ErrorKind::Unsupported, "positions");
-  EXPECT_ERROR(gguf_architecture_for(config(R"({"positions": "none"})")), ErrorKind::Unsupported, "positions");
+  EXPECT_EQ(gguf_architecture_for(config(R"({"positions": "none"})")), "mpt");
   EXPECT_ERROR(gguf_architecture_for(config(R"({"norm": "rmsnorm", "activation": "gelu", "positions": "rope"})")),
                ErrorKind::Unsupported, "activation");
   EXPECT_ERROR(gguf_architecture_for(config(R"({"norm": "rmsnorm", "activation": "swiglu"})")), ErrorKind::Unsupported,

@@ -46,6 +46,8 @@ const Fixture kFixtures[] = {
     {"gpt2_learned_tied", 2e-3},
     {"gpt2_sinusoidal_gqa_untied_nobias", 2e-3},
     {"gpt2_learned_erf_f16", 5e-3},
+    {"mpt_nopos_mqa_bias", 2e-3},
+    {"mpt_nopos_untied_nobias", 2e-3},
 };
 
 std::vector<float> read_f32(const std::string& path) {

@@ -268,12 +268,13 @@ std::string gguf_architecture_for(const ModelConfig& c) {
       fail_unsupported("activation",
                        "activation \"swiglu\" with norm \"layernorm\": no llama.cpp architecture computes that pair "
                        "(gpt2 has LayerNorm with GELU, llama RMSNorm with SwiGLU)");
-    if (c.positions == Positions::Rope || c.positions == Positions::None)
+    if (c.positions == Positions::Rope)
       fail_unsupported("positions",
-                       "positions \"{}\" with norm \"layernorm\": llama.cpp's gpt2 architecture needs a position table "
-                       "(\"learned\" or \"sinusoidal\")",
-                       to_string(c.positions));
-    return "gpt2";
+                       "positions \"rope\" with norm \"layernorm\" and GELU: no llama.cpp architecture computes that "
+                       "with tformer's biases and pairing (gpt2 and mpt take a position table or none)");
+    // mpt is gpt2 without the position table (and with optional biases; ALiBi only when
+    // mpt.attention.max_alibi_bias is set, which the export never writes).
+    return c.positions == Positions::None ? "mpt" : "gpt2";
   }
   if (c.activation != Activation::SwiGLU)
     fail_unsupported("activation",
@@ -297,7 +298,7 @@ GgufExportReport export_gguf(const std::string& path, Model& model, const Tokeni
     fail_input("tokenizer", "the tokenizer has {} tokens but the model's vocab_size is {}", tokenizer.vocab_size(),
                c.vocab_size);
   const std::string& arch = report.architecture;
-  const bool gpt2 = arch == "gpt2";
+  const bool gpt2 = arch == "gpt2", mpt = arch == "mpt", fused = gpt2 || mpt;
   const int64_t d = c.d_model, hd = c.head_dim(), dq = c.n_heads * hd, dkv = c.n_kv_heads * hd;
   auto& arena = model.params();
   auto values = [&](const std::string& name) {
@@ -332,11 +333,11 @@ GgufExportReport export_gguf(const std::string& path, Model& model, const Tokeni
       report.notes.push_back("positions: \"sinusoidal\" written as the position table (position_embd.weight)");
     }
   }
-  const bool halves = !gpt2 && c.rope_pairing == RopePairing::Halves;
+  const bool halves = !fused && c.rope_pairing == RopePairing::Halves;
   for (int64_t i = 0; i < c.n_layers; ++i) {
     const std::string t = "layers." + std::to_string(i) + ".", g = "blk." + std::to_string(i) + ".";
     vector(g + "attn_norm.weight", d, values(t + "attn_norm.weight"));
-    if (gpt2) {
+    if (fused) {
       vector(g + "attn_norm.bias", d, values(t + "attn_norm.bias"));
       std::vector<float> qkv = values(t + "attn.wq.weight");
       for (const char* w : {"attn.wk.weight", "attn.wv.weight"}) {
@@ -353,15 +354,15 @@ GgufExportReport export_gguf(const std::string& path, Model& model, const Tokeni
           at += part.size();
         }
       }
-      vector(g + "attn_qkv.bias", dq + 2 * dkv, std::move(qkv_bias));
+      if (gpt2 || c.bias) vector(g + "attn_qkv.bias", dq + 2 * dkv, std::move(qkv_bias));
       matrix(g + "attn_output.weight", d, dq, values(t + "attn.wo.weight"));
-      bias(g + "attn_output.bias", t + "attn.wo.bias", d, true);
+      bias(g + "attn_output.bias", t + "attn.wo.bias", d, gpt2);
       vector(g + "ffn_norm.weight", d, values(t + "ffn_norm.weight"));
       vector(g + "ffn_norm.bias", d, values(t + "ffn_norm.bias"));
       matrix(g + "ffn_up.weight", c.d_ff, d, values(t + "ffn.w1.weight"));
-      bias(g + "ffn_up.bias", t + "ffn.w1.bias", c.d_ff, true);
+      bias(g + "ffn_up.bias", t + "ffn.w1.bias", c.d_ff, gpt2);
       matrix(g + "ffn_down.weight", d, c.d_ff, values(t + "ffn.w2.weight"));
-      bias(g + "ffn_down.bias", t + "ffn.w2.bias", d, true);
+      bias(g + "ffn_down.bias", t + "ffn.w2.bias", d, gpt2);
     } else {
       auto q = values(t + "attn.wq.weight"), k = values(t + "attn.wk.weight");
       if (halves) {
@@ -393,7 +394,7 @@ GgufExportReport export_gguf(const std::string& path, Model& model, const Tokeni
     }
   }
   vector("output_norm.weight", d, values("norm.weight"));
-  if (gpt2) vector("output_norm.bias", d, values("norm.bias"));
+  if (fused) vector("output_norm.bias", d, values("norm.bias"));
   // Both architectures fall back to token_embd.weight when output.weight is absent (llama.cpp's
   // TENSOR_DUPLICATED), so a tied model writes its embedding once.
   if (!c.tied_embeddings) matrix("output.weight", c.vocab_size, d, values("output.weight"));
@@ -417,7 +418,7 @@ GgufExportReport export_gguf(const std::string& path, Model& model, const Tokeni
   key("attention.head_count", count(c.n_heads));
   key("attention.head_count_kv", count(c.n_kv_heads));
   key("vocab_size", count(c.vocab_size));
-  if (gpt2) {
+  if (fused) {
     key("attention.layer_norm_epsilon", GgufValue::f32(static_cast<float>(c.norm_eps)));
   } else {
     key("attention.layer_norm_rms_epsilon", GgufValue::f32(static_cast<float>(c.norm_eps)));
@@ -722,11 +723,16 @@ LoadedModel load_gguf_model(const std::string& path) {
   if (arch_value.type != GgufType::String)
     fail_file("general.architecture", "{}: general.architecture is not a string", path);
   const std::string arch = arch_value.s;
-  if (arch != "gpt2" && arch != "llama")
+  if (arch != "gpt2" && arch != "mpt" && arch != "llama")
     fail_unsupported("general.architecture",
-                     "{}: general.architecture '{}': tformer loads llama.cpp's gpt2 and llama architectures", path,
+                     "{}: general.architecture '{}': tformer loads llama.cpp's gpt2, mpt and llama architectures", path,
                      arch);
-  const bool gpt2 = arch == "gpt2";
+  const bool gpt2 = arch == "gpt2", fused = gpt2 || arch == "mpt";
+  for (const char* k : {"attention.max_alibi_bias", "attention.clamp_kqv"})
+    if (r.has((arch + ".") + k) &&
+        !(r.value((arch + ".") + k).type == GgufType::F32 && r.value((arch + ".") + k).f == 0))
+      fail_unsupported((arch + ".") + k, "{}: {}{} is set: tformer computes neither ALiBi nor clamped projections",
+                       path, (arch + "."), k);
   const std::string p = arch + ".";
   for (const char* k : {"rope.scaling.type", "rope.scaling.factor", "attention.sliding_window", "expert_count"})
     if (r.has(p + k))
@@ -746,11 +752,16 @@ LoadedModel load_gguf_model(const std::string& path) {
   c.vocab_size = embd.ne[1];
   c.tied_embeddings = f.find_tensor("output.weight") == nullptr;
   c.norm_placement = NormPlacement::Pre;
-  if (gpt2) {
+  // Any bias in a block: tformer's one bias flag; those the file lacks read as zeros (llama.cpp
+  // requires every gpt2 bias and makes every mpt and llama bias optional).
+  const bool any_bias = std::any_of(f.tensors().begin(), f.tensors().end(), [](const GgufTensor& t) {
+    return t.name.starts_with("blk.") && t.name.ends_with(".bias") && !t.name.ends_with("_norm.bias");
+  });
+  if (fused) {
     c.norm = NormKind::LayerNorm;
     c.activation = Activation::GeluTanh;
-    c.positions = Positions::Learned;
-    c.bias = true;
+    c.positions = f.find_tensor("position_embd.weight") ? Positions::Learned : Positions::None;
+    c.bias = gpt2 || any_bias;
     c.norm_eps = r.real(p + "attention.layer_norm_epsilon");
   } else {
     c.norm = NormKind::RMSNorm;
@@ -760,8 +771,7 @@ LoadedModel load_gguf_model(const std::string& path) {
     c.rope_base = r.has(p + "rope.freq_base") ? r.real(p + "rope.freq_base") : 10000.0;
     // llama.cpp makes every llama bias optional; tformer's one bias flag is on when the file has
     // any, and the ones it lacks are zeros.
-    c.bias = std::any_of(f.tensors().begin(), f.tensors().end(),
-                         [](const GgufTensor& t) { return t.name.starts_with("blk.") && t.name.ends_with(".bias"); });
+    c.bias = any_bias;
     const std::string pairing = r.string_or("tformer.rope_pairing", "adjacent");
     if (pairing != "adjacent" && pairing != "halves")
       fail_file("tformer.rope_pairing", "{}: tformer.rope_pairing '{}' is neither adjacent nor halves", path, pairing);
@@ -770,7 +780,7 @@ LoadedModel load_gguf_model(const std::string& path) {
   if (c.d_model % c.n_heads != 0)
     fail_file(p + "attention.head_count", "{}: embedding_length {} is not a multiple of head_count {}", path, c.d_model,
               c.n_heads);
-  if (!gpt2 && r.has(p + "rope.dimension_count") && r.count(p + "rope.dimension_count") != c.d_model / c.n_heads)
+  if (!fused && r.has(p + "rope.dimension_count") && r.count(p + "rope.dimension_count") != c.d_model / c.n_heads)
     fail_unsupported(p + "rope.dimension_count",
                      "{}: {}rope.dimension_count is not the head width {}: tformer rotates "
                      "whole heads",
@@ -826,30 +836,36 @@ LoadedModel load_gguf_model(const std::string& path) {
   auto copy = [&](const std::string& gguf_name, const std::string& name, const std::vector<int64_t>& shape) {
     put(name, take(gguf_name, shape));
   };
+  // A bias gpt2 requires; mpt's are optional (absent: the zeros the model was built with).
+  auto bias = [&](const std::string& gguf_name, const std::string& name, const std::vector<int64_t>& shape) {
+    if (gpt2 || f.find_tensor(gguf_name)) copy(gguf_name, name, shape);
+  };
   copy("token_embd.weight", "tok_embeddings.weight", {c.vocab_size, d});
-  if (gpt2) copy("position_embd.weight", "pos_embeddings.weight", {c.context_length, d});
-  const bool halves = !gpt2 && c.rope_pairing == RopePairing::Halves;
+  if (c.positions == Positions::Learned) copy("position_embd.weight", "pos_embeddings.weight", {c.context_length, d});
+  const bool halves = !fused && c.rope_pairing == RopePairing::Halves;
   for (int64_t i = 0; i < c.n_layers; ++i) {
     const std::string t = "layers." + std::to_string(i) + ".", g = "blk." + std::to_string(i) + ".";
     copy(g + "attn_norm.weight", t + "attn_norm.weight", {d});
     copy(g + "ffn_norm.weight", t + "ffn_norm.weight", {d});
     copy(g + "attn_output.weight", t + "attn.wo.weight", {d, dq});
     copy(g + "ffn_down.weight", t + "ffn.w2.weight", {d, c.d_ff});
-    if (gpt2) {
-      copy(g + "attn_norm.bias", t + "attn_norm.bias", {d});
-      copy(g + "ffn_norm.bias", t + "ffn_norm.bias", {d});
+    if (fused) {
+      bias(g + "attn_norm.bias", t + "attn_norm.bias", {d});
+      bias(g + "ffn_norm.bias", t + "ffn_norm.bias", {d});
       const auto qkv = take(g + "attn_qkv.weight", {dq + 2 * dkv, d});
       put(t + "attn.wq.weight", qkv, 0);
       put(t + "attn.wk.weight", qkv, static_cast<size_t>(dq * d));
       put(t + "attn.wv.weight", qkv, static_cast<size_t>((dq + dkv) * d));
-      const auto qkv_b = take(g + "attn_qkv.bias", {dq + 2 * dkv});
-      put(t + "attn.wq.bias", qkv_b, 0);
-      put(t + "attn.wk.bias", qkv_b, static_cast<size_t>(dq));
-      put(t + "attn.wv.bias", qkv_b, static_cast<size_t>(dq + dkv));
-      copy(g + "attn_output.bias", t + "attn.wo.bias", {d});
+      if (gpt2 || f.find_tensor(g + "attn_qkv.bias")) {
+        const auto qkv_b = take(g + "attn_qkv.bias", {dq + 2 * dkv});
+        put(t + "attn.wq.bias", qkv_b, 0);
+        put(t + "attn.wk.bias", qkv_b, static_cast<size_t>(dq));
+        put(t + "attn.wv.bias", qkv_b, static_cast<size_t>(dq + dkv));
+      }
+      bias(g + "attn_output.bias", t + "attn.wo.bias", {d});
       copy(g + "ffn_up.weight", t + "ffn.w1.weight", {c.d_ff, d});
-      copy(g + "ffn_up.bias", t + "ffn.w1.bias", {c.d_ff});
-      copy(g + "ffn_down.bias", t + "ffn.w2.bias", {d});
+      bias(g + "ffn_up.bias", t + "ffn.w1.bias", {c.d_ff});
+      bias(g + "ffn_down.bias", t + "ffn.w2.bias", {d});
     } else {
       auto q = take(g + "attn_q.weight", {dq, d}), k = take(g + "attn_k.weight", {dkv, d});
       if (halves) {
@@ -877,7 +893,7 @@ LoadedModel load_gguf_model(const std::string& path) {
     }
   }
   copy("output_norm.weight", "norm.weight", {d});
-  if (gpt2) copy("output_norm.bias", "norm.bias", {d});
+  if (fused) bias("output_norm.bias", "norm.bias", {d});
   if (!c.tied_embeddings) copy("output.weight", "output.weight", {c.vocab_size, d});
   for (const auto& [name, was_used] : used)
     if (!was_used)

@@ -5,11 +5,13 @@
 //          table), biases (bias: false is written as zero biases: gpt2 requires the tensors).
 //          llama.cpp's gpt2 computes GELU in its tanh form: an erf-GELU model ("gelu") is written
 //          unchanged and the report says how far the tanh form moves its next-token probabilities.
+//   mpt    the same without positions (positions: "none"); its biases are optional, so bias: false
+//          writes none; ALiBi stays off.
 //   llama  pre-LN, RMSNorm, SwiGLU, RoPE, MHA/GQA/MQA, with or without biases. llama.cpp rotates
 //          adjacent pairs (2i, 2i+1): a "halves" model has the rows of each query and key head
 //          permuted (row 2i <- i, row 2i+1 <- i + hd/2), which leaves every score unchanged.
-// Anything else (post-LN, no positions, LayerNorm with SwiGLU, ...) is refused with an error that
-// names the config key no llama.cpp architecture computes.
+// Anything else (post-LN, LayerNorm with SwiGLU or RoPE, RMSNorm with GELU, ...) is refused with an
+// error that names the config key no llama.cpp architecture computes.
 //
 // Tensor names are llama.cpp's (token_embd.weight, blk.N.attn_q.weight, ...); matrices are written
 // in the chosen type (F32, F16 or BF16), norms and biases always in F32, as llama.cpp's converter does.
@@ -17,14 +19,17 @@
 // The tokenizer goes into tokenizer.ggml.*:
 //   "byte-bpe"  model "gpt2" with tokens spelled in GPT-2's byte alphabet, merges, pre "gpt-2",
 //               special tokens as control tokens, <|endoftext|> as BOS and EOS (end_of_text_for).
-//   "char"      model "gpt2" with the 256 single-byte tokens (id = byte) and no merges: llama.cpp
-//               then gives one token per byte, as tformer does.
+//   "char"      model "gpt2" with the single-byte tokens (id order) and no merges: llama.cpp then
+//               gives one token per byte, as tformer does.
+//   "sentencepiece"  model "llama" (pieces, scores, types, add_space_prefix), for models without
+//               normalization rules, with whitespace kept and byte fallback; others are refused.
 //   "bpe"       (Sennrich) refused: its ids leave the space between two words implicit, which no
 //               llama.cpp tokenizer reproduces.
 //
-// Import reads llama.cpp's gpt2 and llama architectures (F32, F16 and BF16 tensors) with the
-// tokenizer the file carries; unknown architectures, tensor types, tensors, tokenizers and missing
-// keys are errors naming them. Both directions keep a chat template (tokenizer.chat_template).
+// Import reads llama.cpp's gpt2, mpt and llama architectures (F32, F16 and BF16 tensors) with the
+// tokenizer the file carries ("gpt2" byte-level BPE in GPT-2's layout, "llama" SentencePiece); unknown architectures,
+// tensor types, tensors, tokenizers and missing keys are errors naming them. Both directions keep a chat template
+// (tokenizer.chat_template).
 #pragma once
 
 #include <cstdint>

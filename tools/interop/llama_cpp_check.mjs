@@ -191,9 +191,11 @@ const MODELS = [
   {name: "gpt2_learned_tied", config: {...gpt2Base, positions: "learned", bias: true, tied_embeddings: true}, type: "f32", bound: 2e-3},
   {name: "gpt2_sinusoidal_gqa_untied_nobias", config: {...gpt2Base, n_kv_heads: 2, positions: "sinusoidal", bias: false, tied_embeddings: false}, type: "f32", bound: 2e-3},
   {name: "gpt2_learned_erf_f16", config: {...gpt2Base, activation: "gelu", positions: "learned", bias: true, tied_embeddings: true}, type: "f16", bound: 5e-3},
+  {name: "mpt_nopos_mqa_bias", config: {...gpt2Base, n_kv_heads: 1, positions: "none", bias: true, tied_embeddings: true}, type: "f32", bound: 2e-3},
+  {name: "mpt_nopos_untied_nobias", config: {...gpt2Base, positions: "none", bias: false, tied_embeddings: false}, type: "f32", bound: 2e-3},
 ];
 
-const expectedArch = (c) => (c.norm === "rmsnorm" ? "llama" : "gpt2");
+const expectedArch = (c) => (c.norm === "rmsnorm" ? "llama" : c.positions === "none" ? "mpt" : "gpt2");
 
 async function checkModel(m, index) {
   const dir = path.join(work, m.name);
@@ -257,8 +259,8 @@ async function checkModel(m, index) {
   const shapeOf = (n) => tensorInfos.find((t) => t.name === n)?.shape.map(Number).join(",");
   const need = arch === "llama" ? [["blk.0.attn_q.weight", `32,${heads * hd}`], ["blk.1.attn_k.weight", `32,${kv * hd}`],
                                    ["blk.1.ffn_gate.weight", "32,64"], ["output_norm.weight", "32"]]
-                                : [["blk.0.attn_qkv.weight", `32,${(heads + 2 * kv) * hd}`], ["position_embd.weight", "32,96"],
-                                   ["blk.1.ffn_up.bias", "64"], ["output_norm.bias", "32"]];
+                                : [["blk.0.attn_qkv.weight", `32,${(heads + 2 * kv) * hd}`], ["output_norm.bias", "32"],
+                                   ...(arch === "gpt2" ? [["position_embd.weight", "32,96"], ["blk.1.ffn_up.bias", "64"]] : [])];
   for (const [n, shape] of need)
     if (shapeOf(n) !== shape) fail(`${m.name}: @huggingface/gguf reads ${n} with shape ${shapeOf(n)}, expected ${shape}`);
   if (names.has("output.weight") === m.config.tied_embeddings) fail(`${m.name}: output.weight present = ${names.has("output.weight")}`);
