@@ -4,7 +4,7 @@ SAN_BUILD ?= build-sanitize
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure build build-tformer test test-sanitize test-interop build-portable demo bench lint clean
+.PHONY: all deps configure build build-tformer test test-sanitize test-interop build-portable demo bench lint ci-full clean
 
 all: build
 
@@ -61,6 +61,11 @@ bench: build
 lint: configure
 	@bash scripts/install-deps.sh --lint
 	@bash scripts/lint.sh $(BUILD) $(JOBS)
+
+# Everything CI runs (.ci/run: format, test, test-interop, demo) plus the slow checks it leaves out:
+# clang-tidy on every translation unit, the sanitizer tests, the portable build.
+ci-full: lint test-sanitize build-portable
+	@bash .ci/run
 
 clean:
 	rm -rf $(BUILD) $(SAN_BUILD) build-portable
