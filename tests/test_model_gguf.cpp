@@ -337,10 +337,12 @@ TEST_F(GgufModelTest, TheEndOfTextIdIsTheTokenizersOrTheRarestByte) {
   opt.vocab_size = 256 + 5 + 1;
   const ByteBpeTokenizer trained = train_byte_bpe("aaaa bbbb aaaa bbbb abab", opt);
   EXPECT_EQ(end_of_text_for(trained), *trained.eot_id());
-  EXPECT_EQ(end_of_text_for(CharTokenizer::bytes()), 0);                   // NUL
-  EXPECT_EQ(end_of_text_for(CharTokenizer::from_corpus("ab\n\x01c")), 1);  // a control byte, not newline
-  EXPECT_EQ(end_of_text_for(CharTokenizer::from_corpus("ab c\n&z")), 2);   // '&' (ids: \n space & a b c z)
-  EXPECT_EQ(end_of_text_for(CharTokenizer::from_corpus("ba\n")), 2);       // nothing rare: the last id
+  EXPECT_EQ(end_of_text_for(CharTokenizer::bytes()), 0);  // NUL
+  EXPECT_EQ(end_of_text_for(CharTokenizer::from_corpus("ab\n\x01"
+                                                       "c")),
+            0);                                                           // ids: \x01 \n a b c: the control byte
+  EXPECT_EQ(end_of_text_for(CharTokenizer::from_corpus("ab c\n&z")), 2);  // '&' (ids: \n space & a b c z)
+  EXPECT_EQ(end_of_text_for(CharTokenizer::from_corpus("ba\n")), 2);      // nothing rare: the last id
   auto m = random_model(config(kLlama), 12);
   export_gguf(path("e.gguf"), *m, CharTokenizer::bytes(), "", GgufExportType::F32);
   const GgufFile f = GgufFile::open(path("e.gguf"));

@@ -12,7 +12,6 @@
 
 #include "core/error.h"
 #include "core/float16.h"
-#include "core/memory.h"
 #include "core/rng.h"
 #include "io/gguf.h"
 #include "kernels/softmax.h"
@@ -524,6 +523,16 @@ class GgufReader {
     if (v.type != GgufType::String) fail_file(key, "{}: {} is a {}, not a string", f_.path(), key, to_string(v.type));
     return v.s;
   }
+  // tokenizer.ggml.token_type for n tokens: an integer array of exactly n entries, or every token
+  // normal (llama.cpp's reading) when the key is absent.
+  std::vector<int64_t> token_types(size_t n) const {
+    if (!has("tokenizer.ggml.token_type")) return std::vector<int64_t>(n, kTokenNormal);
+    const GgufValue& v = value("tokenizer.ggml.token_type");
+    if (v.type != GgufType::Array || v.ints.size() != n)
+      fail_file("tokenizer.ggml.token_type", "{}: tokenizer.ggml.token_type must be an integer array of {} entries",
+                f_.path(), n);
+    return v.ints;
+  }
   const std::vector<std::string>& strings(const std::string& key) const {
     const GgufValue& v = value(key);
     if (v.type != GgufType::Array || v.array_type != GgufType::String)
@@ -586,14 +595,7 @@ std::unique_ptr<Tokenizer> read_gpt2_tokenizer(const GgufFile& f, const GgufRead
   const auto& tokens = r.strings("tokenizer.ggml.tokens");
   const std::vector<std::string> no_merges;
   const auto& merges = r.has("tokenizer.ggml.merges") ? r.strings("tokenizer.ggml.merges") : no_merges;
-  std::vector<int64_t> types;
-  if (r.has("tokenizer.ggml.token_type")) {
-    const GgufValue& v = r.value("tokenizer.ggml.token_type");
-    if (v.type != GgufType::Array || v.ints.size() != tokens.size())
-      fail_file("tokenizer.ggml.token_type", "{}: tokenizer.ggml.token_type must be an integer array of {} entries",
-                f.path(), tokens.size());
-    types = v.ints;
-  }
+  const std::vector<int64_t> types = r.token_types(tokens.size());
   auto token_bytes = [&](size_t id) {
     auto b = gpt2_unicode_to_bytes(tokens[id]);
     if (!b)
@@ -601,9 +603,7 @@ std::unique_ptr<Tokenizer> read_gpt2_tokenizer(const GgufFile& f, const GgufRead
                 f.path(), id, tokens[id]);
     return *b;
   };
-  auto is_special = [&](size_t id) {
-    return !types.empty() && (types[id] == kTokenControl || types[id] == kTokenUserDefined);
-  };
+  auto is_special = [&](size_t id) { return types[id] == kTokenControl || types[id] == kTokenUserDefined; };
   if (merges.empty() && tokens.size() <= 256 && std::none_of(tokens.begin(), tokens.end(), [&](const std::string& t) {
         const auto b = gpt2_unicode_to_bytes(t);
         return !b || b->size() != 1;
@@ -668,14 +668,7 @@ std::unique_ptr<Tokenizer> read_llama_tokenizer(const GgufFile& f, const GgufRea
   if (scores.type != GgufType::Array || scores.floats.size() != tokens.size())
     fail_file("tokenizer.ggml.scores", "{}: tokenizer.ggml.scores must be a float array of {} entries", f.path(),
               tokens.size());
-  std::vector<int64_t> types(tokens.size(), 1);
-  if (r.has("tokenizer.ggml.token_type")) {
-    const GgufValue& v = r.value("tokenizer.ggml.token_type");
-    if (v.type != GgufType::Array || v.ints.size() != tokens.size())
-      fail_file("tokenizer.ggml.token_type", "{}: tokenizer.ggml.token_type must be an integer array of {} entries",
-                f.path(), tokens.size());
-    types = v.ints;
-  }
+  const std::vector<int64_t> types = r.token_types(tokens.size());
   std::vector<SentencePieceTokenizer::Piece> pieces;
   bool bytes = false;
   for (size_t i = 0; i < tokens.size(); ++i) {
@@ -793,22 +786,7 @@ LoadedModel load_gguf_model(const std::string& path) {
 
   // Every tensor the file has must be one the config accounts for.
   const int64_t d = c.d_model, hd = c.head_dim(), dq = c.n_heads * hd, dkv = c.n_kv_heads * hd;
-  ModelParams<float> layout;
-  layout.layers.resize(static_cast<size_t>(c.n_layers));
-  // Summed in double: keys as large as they may be (2^31 wide, 4096 layers) cannot wrap it.
-  const double param_bytes = [&] {
-    double total = 0;
-    visit_model_tensors(layout, c, [&](const std::string&, const Shape& s, auto&) {
-      double n = sizeof(float);
-      for (int k = 0; k < s.rank(); ++k) n *= static_cast<double>(s[k]);
-      total += n;
-    });
-    return total;
-  }();
-  const uint64_t available = available_memory_bytes();
-  if (param_bytes > static_cast<double>(available))
-    fail_file(path, "{}: the model's float32 weights take {} bytes ({} GB) but only {} bytes of memory are available",
-              path, static_cast<uint64_t>(param_bytes), param_bytes / 1e9, available);
+  check_params_fit_in_memory(c, path);
 
   // The tokenizer before the weights: every key is checked before anything large is allocated.
   LoadedModel out;

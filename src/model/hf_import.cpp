@@ -10,7 +10,6 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "core/float16.h"
-#include "core/memory.h"
 #include "io/safetensors.h"
 #include "tokenizer/byte_bpe.h"
 #include "tokenizer/sentencepiece.h"
@@ -306,17 +305,7 @@ HfModel import_hf(const std::string& dir_name) {
   } catch (const Error& e) {
     fail_file(e.field(), "{}: the config gives an invalid tformer config: {}", config_path, e.what());
   }
-  uint64_t bytes = 0;
-  {
-    ModelParams<float> layout;
-    layout.layers.resize(static_cast<size_t>(c.n_layers));
-    visit_model_tensors(layout, c, [&](const std::string&, const Shape& s, auto&) {
-      bytes += static_cast<uint64_t>(s.numel()) * sizeof(float);
-    });
-  }
-  if (bytes > available_memory_bytes())
-    fail_file(dir_name, "{}: the model's float32 weights take {} bytes but only {} bytes of memory are available",
-              dir_name, bytes, available_memory_bytes());
+  check_params_fit_in_memory(c, dir_name);
 
   HfWeights w(dir);
   out.model = std::make_unique<Model>(c);

@@ -2,7 +2,30 @@
 
 #include <type_traits>
 
+#include "core/error.h"
+#include "core/memory.h"
+
 namespace tformer {
+
+double float32_param_bytes(const ModelConfig& config) {
+  ModelParams<float> layout;
+  layout.layers.resize(static_cast<size_t>(config.n_layers));
+  double total = 0;
+  visit_model_tensors(layout, config, [&](const std::string&, const Shape& s, auto&) {
+    double n = sizeof(float);
+    for (int k = 0; k < s.rank(); ++k) n *= static_cast<double>(s[k]);
+    total += n;
+  });
+  return total;
+}
+
+void check_params_fit_in_memory(const ModelConfig& config, const std::string& source) {
+  const double bytes = float32_param_bytes(config);
+  const uint64_t available = available_memory_bytes();
+  if (bytes > static_cast<double>(available))
+    fail_file(source, "{}: the model's float32 weights take {} bytes ({} GB) but only {} bytes of memory are available",
+              source, static_cast<uint64_t>(bytes), bytes / 1e9, available);
+}
 
 namespace {
 

@@ -129,6 +129,13 @@ void visit_model_tensors(Model& model, const ModelConfig& c, F&& f) {
 template <typename T>
 void declare_model_params(BasicArena<T>& params, const ModelConfig& config);
 
+// The bytes the config's parameters take as float32, summed in double so that a config as large
+// as a file may claim (2^31-wide layers, thousands of them) cannot wrap the sum.
+double float32_param_bytes(const ModelConfig& config);
+// Refuses, before anything is allocated, a model whose float32 parameters exceed the memory
+// available (core/memory.h): a BadFile error about `source` naming both sizes.
+void check_params_fit_in_memory(const ModelConfig& config, const std::string& source);
+
 // Views of an allocated arena laid out by declare_model_params(config). The views stay valid as
 // long as the arena's storage does (moving an arena keeps it; copying does not).
 template <typename T>
