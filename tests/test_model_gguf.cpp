@@ -438,6 +438,29 @@ void drop_value(Parts& p, const std::string& key) {
   std::erase_if(p.metadata, [&](const auto& kv) { return kv.first == key; });
 }
 
+TEST_F(GgufModelTest, TheDefaultPreTokenizerComesAndGoesByName) {
+  // A byte-level BPE with llama.cpp's "default" chain is written with pre "default" and read back
+  // with it; so is a file that names no pre-tokenizer (llama.cpp's rule).
+  const std::string corpus = "the cat's 12345 mats, the cat's hat! $9.99 the end; 12345 again";
+  ByteBpeTrainOptions opt;
+  opt.vocab_size = 256 + 30 + 1;
+  ByteBpeTokenizer tok = train_byte_bpe(corpus, opt);
+  const std::vector<TokenId> gpt2_ids = tok.encode(corpus);
+  tok.set_pattern(ByteBpeTokenizer::Pattern::LlamaCppDefault);
+  const std::vector<TokenId> default_ids = tok.encode(corpus);
+  EXPECT_NE(default_ids, gpt2_ids);  // " 12345" is one piece for GPT-2, " " "123" "45" for the chain
+  EXPECT_EQ(tok.decode(default_ids), corpus);
+  EXPECT_EQ(tokenizer_from_json(tok.to_json())->encode(corpus), default_ids);
+  auto m = random_model(config(("{\"vocab_size\": " + std::to_string(tok.vocab_size()) + "}").c_str()), 3);
+  export_gguf(path("d.gguf"), *m, tok, "", GgufExportType::F32);
+  EXPECT_EQ(GgufFile::open(path("d.gguf")).find_value("tokenizer.ggml.pre")->s, "default");
+  EXPECT_EQ(load_model_tokenizer(path("d.gguf"))->encode(corpus), default_ids);
+  Parts p = parts_of(path("d.gguf"));
+  drop_value(p, "tokenizer.ggml.pre");
+  write_gguf(path("nopre.gguf"), p.metadata, p.tensors);
+  EXPECT_EQ(load_model_tokenizer(path("nopre.gguf"))->encode(corpus), default_ids);
+}
+
 TEST_F(GgufModelTest, BrokenAndForeignFilesAreErrorsNamingTheKeyOrTensor) {
   auto m = random_model(config(R"({"norm": "rmsnorm", "positions": "rope", "activation": "swiglu", "bias": false,
                                    "d_model": 32})"),

@@ -21,6 +21,7 @@
 #include "model/checkpoint.h"
 #include "model/gguf_model.h"
 #include "test_util.h"
+#include "tokenizer/byte_bpe.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tformer {
@@ -118,7 +119,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, LlamaCpp, ::testing::ValuesIn(kFixtures),
 // BPE, a SentencePiece BPE model with Llama's settings), read back through tformer's GGUF tokenizer
 // reader (which reads a "llama" vocabulary by llama.cpp's rules).
 TEST(LlamaCppTokenization, EveryExportedVocabularyTokenizesAsLlamaCppDoes) {
-  for (const char* name : {"char", "char-alphabet", "byte-bpe-trained", "sentencepiece", "gpt2"}) {
+  for (const char* name : {"char", "char-alphabet", "byte-bpe-trained", "byte-bpe-default", "sentencepiece", "gpt2"}) {
     SCOPED_TRACE(name);
     std::unique_ptr<Tokenizer> tok;
     const std::string base = std::string(kDir) + "/tokenize_" + name;
@@ -144,6 +145,17 @@ TEST(LlamaCppTokenization, EveryExportedVocabularyTokenizesAsLlamaCppDoes) {
     for (size_t i = 0; i < texts.size(); ++i)
       if (tok->encode(texts[i]) != ids[i] && bad++ < 3) ADD_FAILURE() << "text " << i << ": " << texts[i];
     EXPECT_EQ(bad, 0u);
+    if (std::string(name) == "byte-bpe-default") {
+      // The file names pre "default", and the chain matters: with GPT-2's pattern the same
+      // vocabulary gives other ids on many of these texts.
+      auto* bpe = dynamic_cast<ByteBpeTokenizer*>(tok.get());
+      ASSERT_TRUE(bpe);
+      EXPECT_EQ(bpe->pattern(), ByteBpeTokenizer::Pattern::LlamaCppDefault);
+      bpe->set_pattern(ByteBpeTokenizer::Pattern::Gpt2);
+      size_t differ = 0;
+      for (size_t i = 0; i < texts.size(); ++i) differ += tok->encode(texts[i]) != ids[i];
+      EXPECT_GT(differ, texts.size() / 10);
+    }
   }
 }
 

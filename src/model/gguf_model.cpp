@@ -193,7 +193,7 @@ void add_tokenizer_metadata(Metadata& md, const Tokenizer& tok) {
     }
     for (const auto& [a, b] : bpe.merges())
       merges.push_back(gpt2_bytes_to_unicode(bpe.token_bytes(a)) + " " + gpt2_bytes_to_unicode(bpe.token_bytes(b)));
-    pre = "gpt-2";
+    pre = bpe.pattern() == ByteBpeTokenizer::Pattern::Gpt2 ? "gpt-2" : "default";
   } else if (kind == "char") {
     // One token per byte of the alphabet and no merges: llama.cpp's BPE then leaves every byte a
     // token of its own, whatever its pre-tokenizer splits.
@@ -612,11 +612,12 @@ std::unique_ptr<Tokenizer> read_gpt2_tokenizer(const GgufFile& f, const GgufRead
     for (size_t i = 0; i < tokens.size(); ++i) alphabet.push_back(static_cast<unsigned char>(token_bytes(i)[0]));
     return std::make_unique<CharTokenizer>(std::move(alphabet));
   }
+  // llama.cpp reads a missing pre-tokenizer as "default" (and warns that quality suffers).
   const std::string pre = r.string_or("tokenizer.ggml.pre", "default");
-  if (pre != "gpt-2" && pre != "gpt2")
+  if (pre != "gpt-2" && pre != "gpt2" && pre != "default")
     fail_unsupported("tokenizer.ggml.pre",
                      "{}: tokenizer.ggml.pre '{}': tformer's byte-level BPE splits text with GPT-2's pattern "
-                     "(\"gpt-2\") only",
+                     "(\"gpt-2\") or llama.cpp's default chain (\"default\") only",
                      f.path(), pre);
   const size_t n_specials_start = 256 + merges.size();
   if (tokens.size() < n_specials_start)
@@ -656,7 +657,9 @@ std::unique_ptr<Tokenizer> read_gpt2_tokenizer(const GgufFile& f, const GgufRead
                        tokens[id]);
     specials.emplace(tokens[id], static_cast<TokenId>(id));
   }
-  return std::make_unique<ByteBpeTokenizer>(byte_of_id, std::move(pairs), std::move(specials));
+  auto bpe = std::make_unique<ByteBpeTokenizer>(byte_of_id, std::move(pairs), std::move(specials));
+  if (pre == "default") bpe->set_pattern(ByteBpeTokenizer::Pattern::LlamaCppDefault);
+  return bpe;
 }
 
 // The file's tokenizer (null when it names none).

@@ -3,7 +3,9 @@
 // Encoding, in three steps:
 //  1. With allow_special, the text is cut at special tokens ("<|endoftext|>" -> 50256); the
 //     stretches between them are encoded independently. Without it, special text is plain text.
-//  2. Each stretch is cut into pieces by GPT-2's pattern (gpt2_pretokenize.h).
+//  2. Each stretch is cut into pieces by GPT-2's pattern (gpt2_pretokenize.h), or by llama.cpp's
+//     "default" chain of four patterns (same file) for a vocabulary that came in a GGUF file
+//     naming tokenizer.ggml.pre "default" (pattern() == Pattern::LlamaCppDefault).
 //  3. Each piece, as bytes, becomes tokens. A piece that is itself a token is that token. Otherwise
 //     it starts as one token per byte, and repeatedly the adjacent pair whose concatenation is the
 //     token of lowest id is merged (the leftmost such pair on a tie), until no adjacent pair
@@ -34,7 +36,7 @@
 // names the file and the line (or the token and id).
 //
 // JSON form (to_json / from_json):
-//   {"kind": "byte-bpe", "version": 1, "pattern": "gpt2",
+//   {"kind": "byte-bpe", "version": 1, "pattern": "gpt2",  (or "llama.cpp-default")
 //    "bytes": [33, 34, ...],            byte value of ids 0..255
 //    "merges": [[76, 75], ...],         merge i: ids of its two parts; it makes id 256 + i
 //    "special_tokens": {"<|endoftext|>": 50256}}
@@ -67,6 +69,7 @@ std::string gpt2_bytes_to_unicode(std::string_view bytes);
 class ByteBpeTokenizer : public Tokenizer {
  public:
   using Merge = std::pair<TokenId, TokenId>;
+  enum class Pattern { Gpt2, LlamaCppDefault };  // the pre-tokenizer of step 2
 
   // byte_of_id[i]: the byte of id i (a permutation of 0..255); merges[i] makes id 256 + i from two
   // earlier ids; specials: text -> id, ids 256 + merges.size() onwards, no gaps. Throws Error when
@@ -103,6 +106,9 @@ class ByteBpeTokenizer : public Tokenizer {
   // Text without special-token handling (tiktoken's encode_ordinary).
   std::vector<TokenId> encode_ordinary(std::string_view text) const;
 
+  Pattern pattern() const { return pattern_; }
+  void set_pattern(Pattern p) { pattern_ = p; }
+
   const std::string& token_bytes(TokenId id) const;
   const std::vector<Merge>& merges() const { return merges_; }
   const std::array<unsigned char, 256>& byte_of_id() const { return byte_of_id_; }
@@ -115,6 +121,7 @@ class ByteBpeTokenizer : public Tokenizer {
   void merge_scan(std::vector<TokenId>& parts) const;
   void merge_heap(std::vector<TokenId>& parts) const;
 
+  Pattern pattern_ = Pattern::Gpt2;
   std::array<unsigned char, 256> byte_of_id_{};
   std::array<TokenId, 256> id_of_byte_{};
   std::vector<Merge> merges_;

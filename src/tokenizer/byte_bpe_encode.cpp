@@ -171,7 +171,7 @@ std::vector<TokenId> ByteBpeTokenizer::encode_piece(std::string_view piece, int 
 
 void ByteBpeTokenizer::encode_chunk(std::string_view text, Cache& cache, std::vector<TokenId>& out) const {
   std::vector<TokenId> parts;
-  Gpt2PreTokenizer::instance().for_each_piece(text, [&](std::string_view piece) {
+  const auto each = [&](std::string_view piece) {
     if (piece.size() == 1) {
       out.push_back(id_of_byte_[static_cast<unsigned char>(piece[0])]);
       return;
@@ -191,13 +191,18 @@ void ByteBpeTokenizer::encode_chunk(std::string_view text, Cache& cache, std::ve
       merge_heap(parts);
     out.insert(out.end(), parts.begin(), parts.end());
     if (cacheable) cache.insert(piece, hash, parts.data(), parts.size());
-  });
+  };
+  if (pattern_ == Pattern::Gpt2)
+    Gpt2PreTokenizer::instance().for_each_piece(text, each);
+  else
+    LlamaCppDefaultPreTokenizer::instance().for_each_piece(text, each);
 }
 
 // A cut at p is safe when text[p-1] is '\n' and text[p-2], text[p] are printable ASCII other than
 // the space: no piece contains a newline together with a non-space character, so the piece before
 // is exactly "\n" (ending at p) and the pattern's matching after p does not depend on what came
-// before (the pattern looks ahead but never behind).
+// before (the pattern looks ahead but never behind). The same holds for llama.cpp's default chain:
+// none of its patterns matches across a newline.
 static size_t next_safe_cut(std::string_view text, size_t from) {
   const auto printable = [](char c) { return c > ' ' && c < 0x7F; };
   size_t search = from == 0 ? 0 : from - 1;

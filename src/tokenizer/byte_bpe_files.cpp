@@ -160,7 +160,7 @@ nlohmann::json ByteBpeTokenizer::to_json() const {
   nlohmann::json j;
   j["kind"] = "byte-bpe";
   j["version"] = 1;
-  j["pattern"] = "gpt2";
+  j["pattern"] = pattern_ == Pattern::Gpt2 ? "gpt2" : "llama.cpp-default";
   j["bytes"] = byte_of_id_;
   nlohmann::json merges = nlohmann::json::array();
   for (const auto& [left, right] : merges_) merges.push_back({left, right});
@@ -174,8 +174,9 @@ ByteBpeTokenizer ByteBpeTokenizer::from_json(const nlohmann::json& j) {
     fail_file("kind", "byte-bpe JSON: \"kind\" is not \"byte-bpe\"");
   if (!j.contains("version") || j["version"] != 1)
     fail_unsupported("version", "byte-bpe JSON: unsupported \"version\" (expected 1)");
-  if (j.value("pattern", "") != "gpt2")
-    fail_unsupported("pattern", "byte-bpe JSON: unsupported \"pattern\" (expected \"gpt2\")");
+  const std::string pattern = j.contains("pattern") && j["pattern"].is_string() ? j["pattern"].get<std::string>() : "";
+  if (pattern != "gpt2" && pattern != "llama.cpp-default")
+    fail_unsupported("pattern", "byte-bpe JSON: unsupported \"pattern\" (expected \"gpt2\" or \"llama.cpp-default\")");
   if (!j.contains("bytes") || !j["bytes"].is_array() || j["bytes"].size() != 256)
     fail_file("bytes", "byte-bpe JSON: \"bytes\" must be an array of 256 byte values");
   std::array<unsigned char, 256> byte_of_id{};
@@ -209,7 +210,9 @@ ByteBpeTokenizer ByteBpeTokenizer::from_json(const nlohmann::json& j) {
     }
   }
   try {
-    return ByteBpeTokenizer(byte_of_id, std::move(merges), std::move(specials));
+    ByteBpeTokenizer tok(byte_of_id, std::move(merges), std::move(specials));
+    if (pattern == "llama.cpp-default") tok.set_pattern(Pattern::LlamaCppDefault);
+    return tok;
   } catch (const Error& e) {
     if (e.kind() != ErrorKind::BadInput) throw;
     throw Error(ErrorKind::BadFile, e.field(), e.what());  // the JSON's contents are bad, not a caller's data

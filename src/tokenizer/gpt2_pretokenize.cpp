@@ -117,4 +117,78 @@ size_t Gpt2PreTokenizer::match_end(std::string_view valid, size_t at) const {
   return ov[1];
 }
 
+namespace {
+
+constexpr const char* kDefaultPatterns[3] = {"[\\p{P}$+<=>^~|]+", "\\p{N}+", "[0-9]{3}"};
+
+void* compile_or_fail(const char* pattern, bool& jit) {
+  int error = 0;
+  PCRE2_SIZE offset = 0;
+  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern), PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP,
+                                   &error, &offset, nullptr);
+  if (!code)
+    fail(ErrorKind::Internal, "", "default pre-tokenizer: PCRE2 cannot compile '{}' at offset {}: {}", pattern, offset,
+         pcre2_message(error));
+  jit = pcre2_jit_compile(code, PCRE2_JIT_COMPLETE) == 0;
+  return code;
+}
+
+}  // namespace
+
+LlamaCppDefaultPreTokenizer::LlamaCppDefaultPreTokenizer() {
+  for (int i = 0; i < 3; ++i) code_[i] = compile_or_fail(kDefaultPatterns[i], jit_[i]);
+}
+
+LlamaCppDefaultPreTokenizer::~LlamaCppDefaultPreTokenizer() {
+  for (void* c : code_) pcre2_code_free(as_code(c));
+}
+
+const LlamaCppDefaultPreTokenizer& LlamaCppDefaultPreTokenizer::instance() {
+  static const LlamaCppDefaultPreTokenizer pre;
+  return pre;
+}
+
+void LlamaCppDefaultPreTokenizer::cut(int which, std::string_view s,
+                                      const std::function<void(std::string_view)>& f) const {
+  MatchState& state = match_state();
+  const auto* subject = reinterpret_cast<PCRE2_SPTR>(s.data());
+  size_t at = 0;
+  while (at < s.size()) {
+    const int rc =
+        jit_[which]
+            ? pcre2_jit_match(as_code(code_[which]), subject, s.size(), at, 0, state.data, state.context)
+            : pcre2_match(as_code(code_[which]), subject, s.size(), at, PCRE2_NO_UTF_CHECK, state.data, state.context);
+    if (rc == PCRE2_ERROR_NOMATCH) break;
+    if (rc < 0)
+      fail(ErrorKind::Internal, fmt::format("byte {}", at), "default pre-tokenizer: PCRE2 match failed at byte {}: {}",
+           at, pcre2_message(rc));
+    // Copied out: f may cut again, reusing this thread's match data.
+    const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(state.data);
+    const size_t begin = ov[0], end = ov[1];
+    TF_CHECK(begin >= at && end > begin, "default pre-tokenizer: empty or backward match [{}, {})", begin, end);
+    if (begin > at) f(s.substr(at, begin - at));
+    f(s.substr(begin, end - begin));
+    at = end;
+  }
+  if (at < s.size()) f(s.substr(at));
+}
+
+void LlamaCppDefaultPreTokenizer::for_each_piece(std::string_view text,
+                                                 const std::function<void(std::string_view)>& f) const {
+  const Gpt2PreTokenizer& gpt2 = Gpt2PreTokenizer::instance();
+  const std::function<void(std::string_view)> digits = [&](std::string_view s) { cut(2, s, f); };
+  const std::function<void(std::string_view)> numbers = [&](std::string_view s) { cut(1, s, digits); };
+  const std::function<void(std::string_view)> words = [&](std::string_view s) {
+    gpt2.for_each_valid_piece(s, numbers);
+  };
+  size_t i = 0;
+  while (i < text.size()) {
+    const size_t j = Gpt2PreTokenizer::valid_run_end(text, i);
+    if (j > i) cut(0, text.substr(i, j - i), words);
+    const size_t k = Gpt2PreTokenizer::invalid_run_end(text, j);
+    if (k > j) f(text.substr(j, k - j));
+    i = k;
+  }
+}
+
 }  // namespace tformer

@@ -16,9 +16,24 @@
 // is pre-tokenized by the pattern as if it were the whole text; each invalid run is one piece. So
 // valid UTF-8 input gets exactly GPT-2's pieces, and "ab\xff cd" gives "ab" "\xff" " cd". The
 // pieces always concatenate back to the input.
+//
+// llama.cpp's "default" pre-tokenizer (LlamaCppDefaultPreTokenizer below) is a chain of four
+// patterns, each cutting every piece the previous one left (matches and the text between them both
+// become pieces; later patterns never see across a cut):
+//   1. [\p{P}$+<=>^~|]+                     runs of punctuation (and those ASCII symbols; not '`')
+//   2. GPT-2's pattern above                   on each piece of 1, matched within that piece alone
+//   3. \p{N}+                                 runs of numbers
+//   4. [0-9][0-9][0-9]                        ASCII digits in threes, from the left
+//   "don't pay $1234.50!"  ->  "don" "'" "t" " pay" " " "$" "123" "4" "." "50" "!"
+// This is what llama.cpp runs for tokenizer.ggml.pre "default" or a file that names none
+// (unicode_regex_split in its src/unicode.cpp: pattern 2 by its hand-written GPT-2 splitter,
+// 1 and 3 by std::regex over text whose non-ASCII characters stand for their categories, 4 by
+// std::wregex). Here all four are PCRE2 with real Unicode categories; invalid UTF-8 is handled as
+// for GPT-2's pattern.
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <string_view>
 #include <vector>
 
@@ -56,15 +71,52 @@ class Gpt2PreTokenizer {
     for_each_piece(text, [&](std::string_view piece) { out.push_back(piece); });
     return out;
   }
+  // The pieces of valid UTF-8 text, the pattern matched within `valid` alone (its lookahead ends
+  // at valid's end).
+  template <typename F>
+  void for_each_valid_piece(std::string_view valid, F&& f) const {
+    for (size_t at = 0; at < valid.size();) {
+      const size_t end = match_end(valid, at);
+      f(valid.substr(at, end - at));
+      at = end;
+    }
+  }
 
- private:
   // End of the maximal valid UTF-8 run starting at i / of the maximal invalid run starting at i.
   static size_t valid_run_end(std::string_view text, size_t i);
   static size_t invalid_run_end(std::string_view text, size_t i);
+
+ private:
   // End of the pattern's match at `at` in valid (valid UTF-8, at < valid.size()).
   size_t match_end(std::string_view valid, size_t at) const;
   void* code_ = nullptr;  // pcre2_code_8*
   bool jit_ = false;
+};
+
+// llama.cpp's "default" chain (top of this file).
+class LlamaCppDefaultPreTokenizer {
+ public:
+  LlamaCppDefaultPreTokenizer();
+  ~LlamaCppDefaultPreTokenizer();
+  LlamaCppDefaultPreTokenizer(const LlamaCppDefaultPreTokenizer&) = delete;
+  LlamaCppDefaultPreTokenizer& operator=(const LlamaCppDefaultPreTokenizer&) = delete;
+
+  static const LlamaCppDefaultPreTokenizer& instance();  // thread-safe, like Gpt2PreTokenizer's
+
+  // Calls f(piece) for each piece of text, in order; pieces are views into text. Any bytes.
+  void for_each_piece(std::string_view text, const std::function<void(std::string_view)>& f) const;
+  std::vector<std::string_view> split(std::string_view text) const {
+    std::vector<std::string_view> out;
+    for_each_piece(text, [&](std::string_view piece) { out.push_back(piece); });
+    return out;
+  }
+
+ private:
+  // Cuts s at each match of pattern `which` (0: punctuation, 1: numbers, 2: three digits): f gets
+  // the text before a match, the match, ..., the text after the last one.
+  void cut(int which, std::string_view s, const std::function<void(std::string_view)>& f) const;
+  void* code_[3] = {nullptr, nullptr, nullptr};  // pcre2_code_8*
+  bool jit_[3] = {false, false, false};
 };
 
 }  // namespace tformer

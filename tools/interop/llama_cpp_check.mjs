@@ -16,7 +16,8 @@
 // Then files from outside: tools/reference/gen_gguf_fixtures.py's GGUF files (an independent
 // writer) and the Hugging Face fixture folders imported and exported by tformer, each run by
 // llama.cpp against the float64 reference logits. Then the tokenizers (char, a corpus's char
-// alphabet, GPT-2's byte-level BPE, a trained byte-level BPE): llama.cpp's tokenization of 300
+// alphabet, GPT-2's byte-level BPE, a trained byte-level BPE with GPT-2's pre-tokenizer and with
+// llama.cpp's "default" one, a SentencePiece model): llama.cpp's tokenization of 300
 // varied texts equals `tformer tokenize`'s.
 //
 // --write-fixtures DIR keeps, for `make test` (tests/test_model_gguf_llama_cpp.cpp), each model's
@@ -295,7 +296,8 @@ function texts(seed, count) {
   });
 }
 
-async function checkTokenizer(name, tokenizerArg, sample, keepModel = false, ggmlModel = "gpt2", skipText = null) {
+async function checkTokenizer(name, tokenizerArg, sample, keepModel = false, ggmlModel = "gpt2", skipText = null,
+                              pre = "gpt-2") {
   const dir = path.join(work, "tok-" + name);
   fs.mkdirSync(dir);
   const cfg = path.join(dir, "config.json"), st = path.join(dir, "model.safetensors"), out = path.join(dir, "model.gguf");
@@ -335,7 +337,7 @@ async function checkTokenizer(name, tokenizerArg, sample, keepModel = false, ggm
                    (skipped ? ` (${skipped} with user-defined pieces compared through the GGUF file only)` : ""));
   // The second reader sees the vocabulary too.
   const {metadata} = await gguf(out, {allowLocalFile: true});
-  if (metadata["tokenizer.ggml.model"] !== ggmlModel || (ggmlModel === "gpt2" && metadata["tokenizer.ggml.pre"] !== "gpt-2") ||
+  if (metadata["tokenizer.ggml.model"] !== ggmlModel || (ggmlModel === "gpt2" && metadata["tokenizer.ggml.pre"] !== pre) ||
       !Array.isArray(metadata["tokenizer.ggml.tokens"]) ||
       metadata["tokenizer.ggml.tokens"].length !== metadata["tokenizer.ggml.token_type"].length)
     fail(`tokenizer ${name}: @huggingface/gguf reads model ${metadata["tokenizer.ggml.model"]}, pre ${metadata["tokenizer.ggml.pre"]}`);
@@ -414,6 +416,15 @@ const trained = path.join(work, "trained-bpe.json");
 run(["tokenizer", "train", "--type", "byte-bpe", "--vocab-size", "600", "--input", path.join(work, "corpus.txt"),
      "--output", trained]);
 await checkTokenizer("byte-bpe-trained", "byte-bpe:" + trained, [...varied.slice(0, 150), ...slices.slice(0, 150)], true);
+{
+  // The same vocabulary with llama.cpp's "default" pre-tokenizer chain (tokenizer.ggml.pre "default").
+  const j = JSON.parse(fs.readFileSync(trained, "utf8"));
+  j.pattern = "llama.cpp-default";
+  const withDefault = path.join(work, "trained-bpe-default.json");
+  fs.writeFileSync(withDefault, JSON.stringify(j));
+  await checkTokenizer("byte-bpe-default", "byte-bpe:" + withDefault, [...varied.slice(150), ...slices.slice(150)], true,
+                       "gpt2", null, "default");
+}
 {
   // A SentencePiece BPE model with Llama's settings (identity normalization, byte fallback,
   // whitespace kept): llama.cpp's "llama" tokenizer.
