@@ -461,6 +461,50 @@ TEST_F(GgufModelTest, TheDefaultPreTokenizerComesAndGoesByName) {
   EXPECT_EQ(load_model_tokenizer(path("nopre.gguf"))->encode(corpus), default_ids);
 }
 
+TEST_F(GgufModelTest, ALlamaVocabularyPutsItsBosFirstAndStopsAtItsEos) {
+  // llama.cpp's rule for a "llama" vocabulary: BOS before every text unless add_bos_token is false;
+  // BOS 1 and EOS 2 when the file names none. encode() stays llama.cpp's tokenize without specials.
+  auto sp = SentencePieceTokenizer::load("fixtures/sentencepiece/llamaish.model");
+  const auto specials = sp.special_tokens();
+  const TokenId s_id = specials.at("<s>"), end_id = specials.at("</s>");
+  EXPECT_FALSE(sp.bos_id());  // a .model file alone: no BOS (tformer's own models train without one)
+  auto m = random_model(config(("{\"vocab_size\": " + std::to_string(sp.vocab_size()) + "}").c_str()), 15);
+  export_gguf(path("b.gguf"), *m, sp, "", GgufExportType::F32);
+  EXPECT_EQ(GgufFile::open(path("b.gguf")).find_value("tokenizer.ggml.add_bos_token")->i, 0);
+  EXPECT_FALSE(load_gguf_tokenizer(path("b.gguf"))->bos_id());
+  EXPECT_EQ(load_gguf_tokenizer(path("b.gguf"))->eot_id(), end_id);
+  // Set, it travels: to the file, back, and through the JSON form.
+  sp.set_bos(s_id);
+  export_gguf(path("b.gguf"), *m, sp, "", GgufExportType::F32);
+  EXPECT_EQ(GgufFile::open(path("b.gguf")).find_value("tokenizer.ggml.add_bos_token")->i, 1);
+  const auto back = load_gguf_tokenizer(path("b.gguf"));
+  EXPECT_EQ(back->bos_id(), s_id);
+  EXPECT_EQ(tokenizer_from_json(back->to_json())->bos_id(), s_id);
+  EXPECT_EQ(tokenizer_from_json(back->to_json())->eot_id(), end_id);
+  const std::vector<TokenId> plain = back->encode("hello world"), fed = encode_for_model(*back, "hello world");
+  ASSERT_EQ(fed.size(), plain.size() + 1);
+  EXPECT_EQ(fed[0], s_id);
+  EXPECT_TRUE(std::equal(plain.begin(), plain.end(), fed.begin() + 1));
+  EXPECT_EQ(encode_for_model(CharTokenizer::bytes(), "ab"), (std::vector<TokenId>{'a', 'b'}));
+  // The file's keys: absent means llama.cpp's defaults, present ones are read and checked.
+  Parts p = parts_of(path("b.gguf"));
+  for (const char* k : {"tokenizer.ggml.add_bos_token", "tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id"})
+    drop_value(p, k);
+  write_gguf(path("d.gguf"), p.metadata, p.tensors);
+  EXPECT_EQ(load_gguf_tokenizer(path("d.gguf"))->bos_id(), 1);
+  EXPECT_EQ(load_gguf_tokenizer(path("d.gguf"))->eot_id(), 2);
+  set_value(p, "tokenizer.ggml.bos_token_id", GgufValue::u32(static_cast<uint32_t>(sp.vocab_size())));
+  write_gguf(path("d.gguf"), p.metadata, p.tensors);
+  EXPECT_ERROR(load_gguf_tokenizer(path("d.gguf")), ErrorKind::BadFile, "tokenizer.ggml.bos_token_id", "outside");
+  set_value(p, "tokenizer.ggml.bos_token_id", GgufValue::u32(3));
+  set_value(p, "tokenizer.ggml.add_bos_token", GgufValue::u32(1));
+  write_gguf(path("d.gguf"), p.metadata, p.tensors);
+  EXPECT_ERROR(load_gguf_tokenizer(path("d.gguf")), ErrorKind::BadFile, "tokenizer.ggml.add_bos_token", "not a bool");
+  set_value(p, "tokenizer.ggml.add_bos_token", GgufValue::boolean(true));
+  write_gguf(path("d.gguf"), p.metadata, p.tensors);
+  EXPECT_EQ(load_gguf_tokenizer(path("d.gguf"))->bos_id(), 3);
+}
+
 TEST_F(GgufModelTest, BrokenAndForeignFilesAreErrorsNamingTheKeyOrTensor) {
   auto m = random_model(config(R"({"norm": "rmsnorm", "positions": "rope", "activation": "swiglu", "bias": false,
                                    "d_model": 32})"),

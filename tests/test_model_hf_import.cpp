@@ -91,6 +91,10 @@ TEST(HfImport, ASentencePieceTokenizerModelIsRead) {
   for (size_t i = 0; i < 20; ++i)
     EXPECT_EQ(m.tokenizer->encode(fixture["texts"][i].get<std::string>()),
               fixture["ids"][i].get<std::vector<TokenId>>());
+  // LlamaTokenizer's defaults without a tokenizer_config.json: "<s>" before every text, stop at "</s>".
+  const auto specials = m.tokenizer->special_tokens();
+  EXPECT_EQ(m.tokenizer->bos_id(), specials.at("<s>"));
+  EXPECT_EQ(m.tokenizer->eot_id(), specials.at("</s>"));
 }
 
 // ---- broken and unsupported folders ------------------------------------------------------------
@@ -165,6 +169,17 @@ TEST_F(HfBroken, MissingAndMisshapenPiecesAreNamed) {
     const std::string d = copy("llama_tiny");
     fs::remove(fs::path(d) / "config.json");
     EXPECT_ERROR(import_hf(d), ErrorKind::BadFile, (fs::path(d) / "config.json").string(), "cannot open");
+  }
+  {
+    // tokenizer_config.json's word on the BOS, and its own errors.
+    const std::string d = copy("llama_spm");
+    const std::string cfg = (fs::path(d) / "tokenizer_config.json").string();
+    write_file_atomic(cfg, R"({"add_bos_token": false, "eos_token": {"content": "<s>"}})");
+    HfModel m = import_hf(d);
+    EXPECT_FALSE(m.tokenizer->bos_id());
+    EXPECT_EQ(m.tokenizer->eot_id(), m.tokenizer->special_tokens().at("<s>"));
+    write_file_atomic(cfg, R"({"add_bos_token": "yes"})");
+    EXPECT_ERROR(import_hf(d), ErrorKind::BadFile, "add_bos_token", "not a bool");
   }
   const std::string nowhere = (tmp_.path() / "nowhere").string();
   EXPECT_ERROR(import_hf(nowhere), ErrorKind::BadFile, nowhere, "not a folder");

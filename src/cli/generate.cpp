@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <span>
 #include <sstream>
 #include <string>
 
@@ -52,7 +53,7 @@ void run_generate(const GenerateArgs& a) {
   }
   std::vector<std::vector<TokenId>> prompts;
   for (const auto& t : texts) {
-    prompts.push_back(tok.encode(t, a.allow_special));
+    prompts.push_back(encode_for_model(tok, t, a.allow_special));  // BOS first where the vocabulary wants it
     if (prompts.back().empty()) {
       // An empty prompt starts from end-of-text when the vocabulary has one.
       if (auto eot = tok.eot_id())
@@ -98,7 +99,9 @@ void run_generate(const GenerateArgs& a) {
       std::vector<TokenId> ids = prompts[b];
       ids.insert(ids.end(), out[b].begin(), out[b].end());
       if (!out[b].empty() && opt.stop_token && ids.back() == *opt.stop_token) ids.pop_back();
-      fmt::print("[{}] {}\n", b, tok.decode(ids));
+      // Decoded without the BOS, so that the first word loses its space prefix as in the echo.
+      const size_t skip = tok.bos_id() && ids.front() == *tok.bos_id() ? 1 : 0;
+      fmt::print("[{}] {}\n", b, tok.decode(std::span<const TokenId>(ids).subspan(skip)));
     }
   }
   if (a.verbose) {

@@ -65,22 +65,29 @@ void run_eval(const EvalOptions& o) {
     fail_file(o.data, "{}: {}", o.data, e.what());  // the tokenizer names the position; this names the file
   }
   if (o.max_tokens > 0 && static_cast<int64_t>(ids.size()) > o.max_tokens) ids.resize(o.max_tokens);
-  if (ids.size() < 2) fail_file(o.data, "{}: fewer than 2 tokens; nothing to score", o.data);
+  // A vocabulary that wants a BOS (llama.cpp's add_bos_token) gets it at the start of every window,
+  // as llama-perplexity does: the window is BOS and T - 1 tokens, and every token is scored.
+  const std::optional<TokenId> bos = lm.tokenizer->bos_id();
+  if (ids.size() < (bos ? 1u : 2u)) fail_file(o.data, "{}: too few tokens; nothing to score", o.data);
   const int64_t T = lm.model->config().context_length, V = lm.model->config().vocab_size;
   const int64_t n = static_cast<int64_t>(ids.size());
+  // Without a BOS, window w's inputs are ids[s .. s+T) and its targets the next ids; with one,
+  // its inputs are BOS, ids[s .. s+T-1) and its targets ids[s .. s+T).
+  const int64_t first = bos ? 0 : 1;  // the first id that is scored
   double total = 0;
   int64_t counted = 0;
   std::vector<TokenId> inputs, targets;
   std::vector<float> logits;
-  for (int64_t start = 0; start + 1 < n;) {
+  for (int64_t start = 0; start + first < n;) {
     // One batch of up to o.batch windows; the last window may be shorter (padded with ignored targets).
-    const int64_t windows = std::min<int64_t>(o.batch, (n - 1 - start + T - 1) / T);
+    const int64_t windows = std::min<int64_t>(o.batch, (n - first - start + T - 1) / T);
     inputs.assign(windows * T, 0);
     targets.assign(windows * T, kIgnoreIndex);
     for (int64_t w = 0; w < windows; ++w)
-      for (int64_t t = 0; t < T && start + w * T + t + 1 < n; ++t) {
-        inputs[w * T + t] = ids[start + w * T + t];
-        targets[w * T + t] = ids[start + w * T + t + 1];
+      for (int64_t t = 0; t < T && start + w * T + t + first < n; ++t) {
+        const int64_t at = start + w * T + t;
+        inputs[w * T + t] = bos ? (t == 0 ? *bos : ids[at - 1]) : ids[at];
+        targets[w * T + t] = ids[at + first];
       }
     logits.resize(windows * T * V);
     lm.model->forward(logits.data(), inputs.data(), windows, T);
@@ -90,8 +97,8 @@ void run_eval(const EvalOptions& o) {
     start += windows * T;
   }
   const double loss = total / static_cast<double>(counted);
-  fmt::print("loss {:.4f}  perplexity {:.3f}  tokens scored {}  (context {}, stride {}, {} tokens read)\n", loss,
-             std::exp(loss), counted, T, T, n);
+  fmt::print("loss {:.4f}  perplexity {:.3f}  tokens scored {}  (context {}, stride {}, {} tokens read{})\n", loss,
+             std::exp(loss), counted, T, T, n, bos ? ", BOS first in each window" : "");
 }
 
 }  // namespace

@@ -158,10 +158,12 @@ void add_sentencepiece_metadata(Metadata& md, const SentencePieceTokenizer& sp) 
     const auto it = specials.find(text);
     return it == specials.end() ? end_of_text_for(sp) : it->second;
   };
-  md.emplace_back("tokenizer.ggml.bos_token_id", GgufValue::u32(static_cast<uint32_t>(id_of("<s>"))));
-  md.emplace_back("tokenizer.ggml.eos_token_id", GgufValue::u32(static_cast<uint32_t>(id_of("</s>"))));
+  const TokenId bos = sp.bos_id() ? *sp.bos_id() : id_of("<s>");
+  const TokenId eos = sp.eot_id() ? *sp.eot_id() : id_of("</s>");
+  md.emplace_back("tokenizer.ggml.bos_token_id", GgufValue::u32(static_cast<uint32_t>(bos)));
+  md.emplace_back("tokenizer.ggml.eos_token_id", GgufValue::u32(static_cast<uint32_t>(eos)));
   md.emplace_back("tokenizer.ggml.unknown_token_id", GgufValue::u32(static_cast<uint32_t>(sp.unk_id())));
-  md.emplace_back("tokenizer.ggml.add_bos_token", GgufValue::boolean(false));
+  md.emplace_back("tokenizer.ggml.add_bos_token", GgufValue::boolean(sp.bos_id().has_value()));
   md.emplace_back("tokenizer.ggml.add_eos_token", GgufValue::boolean(false));
   md.emplace_back("tokenizer.ggml.add_space_prefix", GgufValue::boolean(n.add_dummy_prefix));
 }
@@ -681,17 +683,29 @@ std::unique_ptr<Tokenizer> read_llama_tokenizer(const GgufFile& f, const GgufRea
     bytes = bytes || type == SentencePieceTokenizer::PieceType::Byte;
     pieces.push_back({tokens[i], static_cast<float>(scores.floats[i]), type});
   }
-  bool space_prefix = true;
-  if (r.has("tokenizer.ggml.add_space_prefix")) {
-    const GgufValue& v = r.value("tokenizer.ggml.add_space_prefix");
-    if (v.type != GgufType::Bool)
-      fail_file("tokenizer.ggml.add_space_prefix", "{}: add_space_prefix is not a bool", f.path());
-    space_prefix = v.i != 0;
-  }
+  auto flag = [&](const std::string& key, bool otherwise) {
+    if (!r.has(key)) return otherwise;
+    const GgufValue& v = r.value(key);
+    if (v.type != GgufType::Bool) fail_file(key, "{}: {} is not a bool", f.path(), key);
+    return v.i != 0;
+  };
+  const bool space_prefix = flag("tokenizer.ggml.add_space_prefix", true);
+  // llama.cpp's defaults for a "llama" vocabulary: BOS 1, put before every text; EOS 2.
+  const bool add_bos = flag("tokenizer.ggml.add_bos_token", true);
+  const auto special = [&](const std::string& key, int64_t otherwise) -> std::optional<TokenId> {
+    const auto n = static_cast<int64_t>(tokens.size());
+    if (!r.has(key)) return otherwise < n ? std::optional<TokenId>(static_cast<TokenId>(otherwise)) : std::nullopt;
+    const int64_t id = r.count(key);
+    if (id >= n) fail_file(key, "{}: {} is {}, outside the {} tokens", f.path(), key, id, n);
+    return static_cast<TokenId>(id);
+  };
+  const auto bos = special("tokenizer.ggml.bos_token_id", 1), eos = special("tokenizer.ggml.eos_token_id", 2);
   try {
     auto t = std::make_unique<SentencePieceTokenizer>(
         std::move(pieces), SentencePieceTokenizer::Normalizer{"identity", "", space_prefix, false, true}, bytes);
     t->set_llama_cpp_rules(true);
+    if (add_bos) t->set_bos(bos);
+    t->set_eos(eos);
     return t;
   } catch (const Error& e) {
     fail_file("tokenizer.ggml.tokens", "{}: tokenizer.ggml.tokens: {}", f.path(), e.what());

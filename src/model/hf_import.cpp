@@ -157,6 +157,34 @@ std::vector<float> transpose(const std::vector<float>& v, int64_t rows, int64_t 
 }
 
 // The folder's tokenizer: tokenizer.json (a byte-level BPE model) or vocab.json + merges.txt.
+// LlamaTokenizer's special tokens: BOS before every text unless tokenizer_config.json says
+// "add_bos_token": false, "bos_token" (default "<s>") and "eos_token" (default "</s>"), each a string
+// or {"content": ...}, found among the model's control pieces.
+void set_llama_specials(SentencePieceTokenizer& sp, const fs::path& dir, std::vector<std::string>& notes) {
+  const fs::path p = dir / "tokenizer_config.json";
+  nlohmann::json cfg = nlohmann::json::object();
+  if (fs::exists(p)) cfg = read_json(p.string());
+  if (!cfg.is_object()) fail_file(p.string(), "{}: not a JSON object", p.string());
+  auto text_of = [&](const char* key, const char* otherwise) -> std::string {
+    if (!cfg.contains(key) || cfg[key].is_null()) return otherwise;
+    const auto& v = cfg[key];
+    if (v.is_string()) return v.get<std::string>();
+    if (v.is_object() && v.contains("content") && v["content"].is_string()) return v["content"].get<std::string>();
+    fail_file(key, "{}: \"{}\" is neither a string nor {{\"content\": ...}}", p.string(), key);
+  };
+  const auto& add = cfg.contains("add_bos_token") ? cfg["add_bos_token"] : nlohmann::json(true);
+  if (!add.is_boolean()) fail_file("add_bos_token", "{}: \"add_bos_token\" is not a bool", p.string());
+  const auto specials = sp.special_tokens();
+  const std::string bos = text_of("bos_token", "<s>"), eos = text_of("eos_token", "</s>");
+  if (add.get<bool>()) {
+    if (const auto it = specials.find(bos); it != specials.end())
+      sp.set_bos(it->second);
+    else
+      notes.push_back(fmt::format("tokenizer: BOS '{}' is not a control piece of tokenizer.model; none is added", bos));
+  }
+  if (const auto it = specials.find(eos); it != specials.end()) sp.set_eos(it->second);
+}
+
 std::unique_ptr<Tokenizer> read_tokenizer(const fs::path& dir, std::vector<std::string>& notes) {
   const fs::path tj = dir / "tokenizer.json", vocab = dir / "vocab.json", merges = dir / "merges.txt";
   if (fs::exists(tj)) {
@@ -202,7 +230,10 @@ std::unique_ptr<Tokenizer> read_tokenizer(const fs::path& dir, std::vector<std::
     return std::make_unique<ByteBpeTokenizer>(ByteBpeTokenizer::load_gpt2(vocab.string(), merges.string()));
   if (fs::exists(dir / "tokenizer.model")) {
     try {
-      return std::make_unique<SentencePieceTokenizer>(SentencePieceTokenizer::load((dir / "tokenizer.model").string()));
+      auto sp =
+          std::make_unique<SentencePieceTokenizer>(SentencePieceTokenizer::load((dir / "tokenizer.model").string()));
+      set_llama_specials(*sp, dir, notes);
+      return sp;
     } catch (const Error& e) {
       if (e.kind() != ErrorKind::Unsupported) throw;
       notes.push_back(fmt::format("tokenizer.model: {}; the model file carries no tokenizer", e.what()));

@@ -546,19 +546,34 @@ SentencePieceTokenizer SentencePieceTokenizer::load(const std::string& path) {
 nlohmann::json SentencePieceTokenizer::to_json() const {
   nlohmann::json pieces = nlohmann::json::array();
   for (const auto& p : pieces_) pieces.push_back({p.text, p.score, static_cast<int>(p.type)});
-  return {{"kind", "sentencepiece"},
-          {"version", 1},
-          {"pieces", std::move(pieces)},
-          {"normalizer",
-           {{"name", normalizer_.name},
-            {"precompiled_charsmap", base64_encode(normalizer_.charsmap)},
-            {"add_dummy_prefix", normalizer_.add_dummy_prefix},
-            {"remove_extra_whitespaces", normalizer_.remove_extra_whitespaces},
-            {"escape_whitespaces", normalizer_.escape_whitespaces}}},
-          {"byte_fallback", byte_fallback_},
-          {"treat_whitespace_as_suffix", whitespace_suffix_},
-          {"llama_cpp", llama_cpp_},
-          {"unk_surface", unk_surface_}};
+  nlohmann::json j = {{"kind", "sentencepiece"},
+                      {"version", 1},
+                      {"pieces", std::move(pieces)},
+                      {"normalizer",
+                       {{"name", normalizer_.name},
+                        {"precompiled_charsmap", base64_encode(normalizer_.charsmap)},
+                        {"add_dummy_prefix", normalizer_.add_dummy_prefix},
+                        {"remove_extra_whitespaces", normalizer_.remove_extra_whitespaces},
+                        {"escape_whitespaces", normalizer_.escape_whitespaces}}},
+                      {"byte_fallback", byte_fallback_},
+                      {"treat_whitespace_as_suffix", whitespace_suffix_},
+                      {"llama_cpp", llama_cpp_},
+                      {"unk_surface", unk_surface_}};
+  if (bos_) j["bos"] = *bos_;
+  if (eos_) j["eos"] = *eos_;
+  return j;
+}
+
+void SentencePieceTokenizer::set_bos(std::optional<TokenId> id) {
+  if (id && (*id < 0 || *id >= vocab_size()))
+    fail_input("bos", "BOS id {} is outside the vocabulary of {} pieces", *id, vocab_size());
+  bos_ = id;
+}
+
+void SentencePieceTokenizer::set_eos(std::optional<TokenId> id) {
+  if (id && (*id < 0 || *id >= vocab_size()))
+    fail_input("eos", "EOS id {} is outside the vocabulary of {} pieces", *id, vocab_size());
+  eos_ = id;
 }
 
 SentencePieceTokenizer SentencePieceTokenizer::from_json(const nlohmann::json& j) {
@@ -580,6 +595,12 @@ SentencePieceTokenizer SentencePieceTokenizer::from_json(const nlohmann::json& j
                              j.at("unk_surface").get<std::string>());
     t.whitespace_suffix_ = j.at("treat_whitespace_as_suffix").get<bool>();
     t.llama_cpp_ = j.value("llama_cpp", false);
+    try {
+      if (j.contains("bos")) t.set_bos(j["bos"].get<TokenId>());
+      if (j.contains("eos")) t.set_eos(j["eos"].get<TokenId>());
+    } catch (const Error& e) {
+      fail_file(e.field(), "sentencepiece JSON: {}", e.what());
+    }
     return t;
   } catch (const nlohmann::json::exception& e) {
     fail_file("sentencepiece", "sentencepiece JSON: {}", e.what());

@@ -37,11 +37,12 @@
 // JSON form: {"kind": "sentencepiece", "version": 1, "pieces": [[text, score, type], ...],
 //   "normalizer": {"name", "precompiled_charsmap" (base64), "add_dummy_prefix",
 //   "remove_extra_whitespaces", "escape_whitespaces"}, "byte_fallback", "treat_whitespace_as_suffix",
-//   "llama_cpp", "unk_surface"}.
+//   "llama_cpp", "unk_surface", and "bos" / "eos" (ids) when set}.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -102,6 +103,13 @@ class SentencePieceTokenizer : public Tokenizer {
   void set_llama_cpp_rules(bool on) { llama_cpp_ = on; }
   bool llama_cpp_rules() const { return llama_cpp_; }
   TokenId unk_id() const { return unk_id_; }
+  // The BOS put before every text given to the model, and the EOS generation stops at: none
+  // unless set (a GGUF file's add_bos_token / bos_token_id / eos_token_id, a Hugging Face
+  // folder's tokenizer_config.json). Throws Error for an id outside the vocabulary.
+  void set_bos(std::optional<TokenId> id);
+  void set_eos(std::optional<TokenId> id);
+  std::optional<TokenId> bos_id() const override { return bos_; }
+  std::optional<TokenId> eot_id() const override { return eos_ ? eos_ : Tokenizer::eot_id(); }
 
  private:
   struct Trie;
@@ -118,6 +126,7 @@ class SentencePieceTokenizer : public Tokenizer {
   bool byte_fallback_ = false;
   bool whitespace_suffix_ = false;
   bool llama_cpp_ = false;
+  std::optional<TokenId> bos_, eos_;
   std::string unk_surface_;
   std::string model_bytes_;  // the .model file this came from, kept for to_json (empty: built)
   TokenId unk_id_ = -1;

@@ -31,6 +31,14 @@ std::optional<TokenId> Tokenizer::special_id(std::string_view text) const {
   return it->second;
 }
 
+std::vector<TokenId> encode_for_model(const Tokenizer& tok, std::string_view text, bool allow_special) {
+  std::vector<TokenId> ids;
+  if (const auto bos = tok.bos_id()) ids.push_back(*bos);
+  const std::vector<TokenId> rest = tok.encode(text, allow_special);
+  ids.insert(ids.end(), rest.begin(), rest.end());
+  return ids;
+}
+
 std::unique_ptr<Tokenizer> tokenizer_from_json(const nlohmann::json& j) {
   if (!j.is_object() || !j.contains("kind") || !j["kind"].is_string())
     fail_file("kind", "tokenizer JSON: expected an object with a string \"kind\"");

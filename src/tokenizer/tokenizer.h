@@ -62,11 +62,19 @@ class Tokenizer {
   // Special tokens by their text; empty when the tokenizer has none.
   virtual std::map<std::string, TokenId> special_tokens() const { return {}; }
   std::optional<TokenId> special_id(std::string_view text) const;
-  // GPT-2's end-of-text token, when the vocabulary has one.
-  std::optional<TokenId> eot_id() const { return special_id("<|endoftext|>"); }
+  // The end-of-text token, when the vocabulary has one: GPT-2's "<|endoftext|>", or the EOS a
+  // SentencePiece vocabulary names (sentencepiece.h). Generation stops at it.
+  virtual std::optional<TokenId> eot_id() const { return special_id("<|endoftext|>"); }
+  // The token a model of this vocabulary expects before every text it reads (llama.cpp's
+  // tokenizer.ggml.add_bos_token; Llama's "<s>"), when it expects one. encode() never adds it:
+  // encode_for_model() below does, for the commands that feed text to a model (generate, eval).
+  virtual std::optional<TokenId> bos_id() const { return std::nullopt; }
 
   virtual nlohmann::json to_json() const = 0;
 };
+
+// encode(text), with bos_id() in front when the vocabulary has one.
+std::vector<TokenId> encode_for_model(const Tokenizer& tok, std::string_view text, bool allow_special = false);
 
 // Builds a tokenizer from its to_json() form; throws Error on an unknown kind or a malformed form.
 std::unique_ptr<Tokenizer> tokenizer_from_json(const nlohmann::json& j);

@@ -6,6 +6,8 @@
 #     losses; --config or --tokenizer with --init-from refused;
 #   * `tformer import --from hf` of the Hugging Face fixture folders, then export: the same logits;
 #     the chat template through import, export and fine-tuning;
+#   * a vocabulary with a BOS: eval puts it before every window and scores every token (the loss
+#     recomputed from `logits`), generate before the prompt;
 #   * errors: an unknown --type, --format or --from, a config no llama.cpp architecture computes (named,
 #     and no output file left behind).
 #   tests/cli/gguf_test.sh PATH/TO/tformer
@@ -87,6 +89,30 @@ check "fine-tuning starts from the trained weights (step 0 loss 0.2 below a fres
 check "--config with --init-from exits 1" test $? -eq 1
 check "--config with --init-from is named" grep -q -- "--config cannot be given with --init-from" "$tmp/err.txt"
 check "no run folder is left" test ! -e "$tmp/ft-bad"
+
+# A vocabulary with a BOS (LlamaTokenizer's default, read from the Hugging Face folder): generate
+# and eval put it first; eval puts it at the start of every window of the context (16 here) and
+# scores every token. The loss is recomputed from `logits` of each window (od + awk).
+"$tf" import --from hf "$here/fixtures/hf/llama_spm" --out "$tmp/spm.safetensors" > /dev/null 2>&1
+bos=$(head -c 100000 "$tmp/spm.safetensors" | grep -ao 'bos\\":[0-9]*' | head -1 | sed 's/.*://')
+check "the imported SentencePiece vocabulary has a BOS" test -n "$bos"
+printf 'hello world, the cat sat on the mat; the dog sat on the log, hello again and again' > "$tmp/bos.txt"
+ids=($("$tf" tokenize --tokenizer "$tmp/spm.safetensors" --text "$(cat "$tmp/bos.txt")"))
+"$tf" eval --model "$tmp/spm.safetensors" --data "$tmp/bos.txt" --threads 2 > "$tmp/eval.txt" 2>&1
+check "eval scores every token with a BOS" grep -q "tokens scored ${#ids[@]} .*BOS first in each window" "$tmp/eval.txt"
+check "the text spans more than one window" test "${#ids[@]}" -gt 32
+expected=$(for ((s = 0; s < ${#ids[@]}; s += 16)); do
+  win=("${ids[@]:s:16}")
+  "$tf" logits --model "$tmp/spm.safetensors" --tokens "$bos ${win[*]:0:${#win[@]}-1}" --out "$tmp/w.bin" --threads 2
+  od -An -v -f -w3600 "$tmp/w.bin" | awk -v targets="${win[*]}" \
+    'BEGIN { split(targets, t, " ") } { m = -1e30; for (i = 1; i <= NF; i++) if ($i > m) m = $i; s = 0;
+            for (i = 1; i <= NF; i++) s += exp($i - m); r++; printf "%.9f\n", m + log(s) - $(t[r] + 1) }'
+done | awk '{ total += $1; n++ } END { printf "%.4f", total / n }')
+check "eval's loss is the mean over BOS-led windows ($expected)" grep -q "^loss $expected " "$tmp/eval.txt"
+printf 'hello world\nthe cat\n' > "$tmp/prompts.txt"
+"$tf" generate --model "$tmp/spm.safetensors" --prompts-file "$tmp/prompts.txt" --max-new-tokens 3 --seed 1 \
+  > "$tmp/gen.txt" 2>&1
+check "generate prints each prompt as given, BOS or not" grep -q '^\[1\] the cat' "$tmp/gen.txt"
 
 # Errors.
 "$tf" export --model "$tmp/run-gpt2/model.safetensors" --out "$tmp/x.gguf" --type q4_1 > "$tmp/err.txt" 2>&1
