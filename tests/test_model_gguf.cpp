@@ -94,6 +94,13 @@ TEST_F(GgufModelTest, RoundTripThroughF32GivesBitIdenticalLogits) {
       R"({"activation": "gelu_tanh", "positions": "learned", "n_kv_heads": 2, "tied_embeddings": false})",
       R"({"activation": "gelu_tanh", "positions": "none", "n_kv_heads": 1})",
       R"({"activation": "gelu_tanh", "positions": "none", "bias": false, "tied_embeddings": false})",
+      // stablelm: written with output.weight and tformer.tied_embeddings when tied.
+      R"({"positions": "rope", "activation": "swiglu", "bias": false, "n_kv_heads": 2, "rope_pairing": "halves"})",
+      R"({"positions": "rope", "activation": "swiglu", "bias": false, "tied_embeddings": false,
+          "rope_pairing": "adjacent", "rope_base": 500})",
+      // starcoder2.
+      R"({"activation": "gelu_tanh", "positions": "rope", "n_kv_heads": 1, "rope_pairing": "adjacent"})",
+      R"({"activation": "gelu_tanh", "positions": "rope", "tied_embeddings": false, "rope_pairing": "halves"})",
   };
   const auto tok = CharTokenizer::bytes();
   for (const char* cfg : configs) {
@@ -281,8 +288,15 @@ TEST_F(GgufModelTest, ConfigsNoLlamaCppArchitectureComputesAreRefusedByOption) {
   EXPECT_EQ(gguf_architecture_for(config("{}")), "gpt2");
   EXPECT_ERROR(gguf_architecture_for(config(R"({"norm_placement": "post"})")), ErrorKind::Unsupported, "norm_placement",
                "post");
-  EXPECT_ERROR(gguf_architecture_for(config(R"({"activation": "swiglu"})")), ErrorKind::Unsupported, "activation");
-  EXPECT_ERROR(gguf_architecture_for(config(R"({"positions": "rope"})")), ErrorKind::Unsupported, "positions");
+  // LayerNorm + SwiGLU: stablelm, which rotates and has no biases but on q, k and v.
+  EXPECT_EQ(gguf_architecture_for(config(R"({"activation": "swiglu", "positions": "rope", "bias": false})")),
+            "stablelm");
+  EXPECT_ERROR(gguf_architecture_for(config(R"({"activation": "swiglu", "bias": false})")), ErrorKind::Unsupported,
+               "positions", "learned");
+  EXPECT_ERROR(gguf_architecture_for(config(R"({"activation": "swiglu", "positions": "rope"})")),
+               ErrorKind::Unsupported, "bias");
+  // LayerNorm + GELU: gpt2 with a position table, mpt without positions, starcoder2 with RoPE.
+  EXPECT_EQ(gguf_architecture_for(config(R"({"positions": "rope"})")), "starcoder2");
   EXPECT_EQ(gguf_architecture_for(config(R"({"positions": "none"})")), "mpt");
   EXPECT_ERROR(gguf_architecture_for(config(R"({"norm": "rmsnorm", "activation": "gelu", "positions": "rope"})")),
                ErrorKind::Unsupported, "activation");
@@ -503,6 +517,75 @@ TEST_F(GgufModelTest, ALlamaVocabularyPutsItsBosFirstAndStopsAtItsEos) {
   set_value(p, "tokenizer.ggml.add_bos_token", GgufValue::boolean(true));
   write_gguf(path("d.gguf"), p.metadata, p.tensors);
   EXPECT_EQ(load_gguf_tokenizer(path("d.gguf"))->bos_id(), 3);
+}
+
+TEST_F(GgufModelTest, NeoxArchitecturesGetHalvesRowsAndTheirOwnTensors) {
+  // stablelm and starcoder2 rotate rows i and i + hd/2 (tformer's "halves"): an adjacent model's
+  // query and key rows are permuted the other way, row 2i to i and 2i+1 to i + hd/2.
+  const auto tok = CharTokenizer::bytes();
+  auto m = random_model(config(R"({"positions": "rope", "activation": "swiglu", "bias": false, "n_kv_heads": 2,
+                                   "rope_pairing": "adjacent"})"),
+                        21);
+  const GgufExportReport r = export_gguf(path("s.gguf"), *m, tok, "", GgufExportType::F32);
+  EXPECT_EQ(r.architecture, "stablelm");
+  const GgufFile f = GgufFile::open(path("s.gguf"));
+  const int64_t d = 16, hd = 4;
+  for (const auto& [name, heads, mine] : {std::tuple{"blk.0.attn_q.weight", 4, "layers.0.attn.wq.weight"},
+                                          std::tuple{"blk.1.attn_k.weight", 2, "layers.1.attn.wk.weight"}}) {
+    SCOPED_TRACE(name);
+    std::vector<float> got(static_cast<size_t>(heads * hd * d));
+    f.read_bytes(f.tensor(name), got.data(), got.size() * 4);
+    const float* orig = tensor_of(*m, mine);
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t i = 0; i < hd / 2; ++i)
+        for (int64_t c = 0; c < d; ++c) {
+          EXPECT_EQ(got[static_cast<size_t>((h * hd + i) * d + c)], orig[(h * hd + 2 * i) * d + c]);
+          EXPECT_EQ(got[static_cast<size_t>((h * hd + i + hd / 2) * d + c)], orig[(h * hd + 2 * i + 1) * d + c]);
+        }
+  }
+  // LayerNorm biases, SwiGLU's three matrices, no attention-output or feed-forward bias, and the
+  // tied embedding written again as output.weight (stablelm requires it), marked as tied.
+  for (const char* name : {"blk.0.attn_norm.bias", "blk.1.ffn_norm.bias", "output_norm.bias", "blk.0.ffn_gate.weight",
+                           "blk.0.ffn_up.weight", "output.weight"})
+    EXPECT_NE(f.find_tensor(name), nullptr) << name;
+  for (const char* name : {"blk.0.attn_output.bias", "blk.0.ffn_up.bias", "blk.0.attn_q.bias"})
+    EXPECT_EQ(f.find_tensor(name), nullptr) << name;
+  EXPECT_EQ(f.find_value("tformer.tied_embeddings")->i, 1);
+  EXPECT_TRUE(load_model(path("s.gguf")).model->config().tied_embeddings);
+  // An output.weight that is not the embedding under that key is an error naming it.
+  {
+    Parts p = parts_of(path("s.gguf"));
+    for (size_t i = 0; i < p.tensors.size(); ++i)
+      if (p.tensors[i].name == "output.weight") p.data[i][5] ^= 1;
+    write_gguf(path("lie.gguf"), p.metadata, p.tensors);
+    EXPECT_ERROR(load_model(path("lie.gguf")), ErrorKind::BadFile, "tformer.tied_embeddings", "not token_embd.weight");
+  }
+  // A file from outside (no tformer keys): stablelm's rows are halves, and output.weight untied.
+  {
+    Parts p = parts_of(path("s.gguf"));
+    drop_value(p, "tformer.rope_pairing");
+    drop_value(p, "tformer.tied_embeddings");
+    write_gguf(path("outside.gguf"), p.metadata, p.tensors);
+    LoadedModel o = load_model(path("outside.gguf"));
+    EXPECT_EQ(o.model->config().rope_pairing, RopePairing::Halves);
+    EXPECT_FALSE(o.model->config().tied_embeddings);
+    const auto ids = some_ids(24, 256);
+    const auto a = logits_of(*m, ids), b = logits_of(*o.model, ids);
+    double worst = 0;
+    for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::fabs(static_cast<double>(a[i]) - b[i]));
+    EXPECT_LT(worst, 1e-4);  // the same scores, rotated the other way (float rounding only)
+  }
+  // starcoder2 requires its output and feed-forward biases: bias false is written as zeros.
+  auto s2 = random_model(config(R"({"positions": "rope", "activation": "gelu_tanh", "bias": false})"), 22);
+  const GgufExportReport r2 = export_gguf(path("c.gguf"), *s2, tok, "", GgufExportType::F32);
+  EXPECT_EQ(r2.architecture, "starcoder2");
+  EXPECT_TRUE(std::any_of(r2.notes.begin(), r2.notes.end(),
+                          [](const std::string& n) { return n.starts_with("bias: false written as zero biases"); }));
+  LoadedModel back = load_model(path("c.gguf"));
+  EXPECT_TRUE(back.model->config().bias);
+  const auto ids = some_ids(24, 256);
+  const auto a = logits_of(*s2, ids), b = logits_of(*back.model, ids);
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
 }
 
 TEST_F(GgufModelTest, BrokenAndForeignFilesAreErrorsNamingTheKeyOrTensor) {

@@ -265,14 +265,20 @@ std::string gguf_architecture_for(const ModelConfig& c) {
                      "feed-forward (pre-LN); a post-LN model has no GGUF form",
                      to_string(c.norm_placement));
   if (c.norm == NormKind::LayerNorm) {
-    if (c.activation == Activation::SwiGLU)
-      fail_unsupported("activation",
-                       "activation \"swiglu\" with norm \"layernorm\": no llama.cpp architecture computes that pair "
-                       "(gpt2 has LayerNorm with GELU, llama RMSNorm with SwiGLU)");
-    if (c.positions == Positions::Rope)
-      fail_unsupported("positions",
-                       "positions \"rope\" with norm \"layernorm\" and GELU: no llama.cpp architecture computes that "
-                       "with tformer's biases and pairing (gpt2 and mpt take a position table or none)");
+    if (c.activation == Activation::SwiGLU) {
+      if (c.positions != Positions::Rope)
+        fail_unsupported("positions",
+                         "positions \"{}\" with norm \"layernorm\" and SwiGLU: llama.cpp's one LayerNorm + SwiGLU "
+                         "architecture (stablelm) rotates queries and keys (RoPE)",
+                         to_string(c.positions));
+      if (c.bias)
+        fail_unsupported("bias",
+                         "bias true with norm \"layernorm\" and SwiGLU: llama.cpp's stablelm has biases only on q, k "
+                         "and v, not on the attention output or the feed-forward");
+      return "stablelm";  // LayerNorm, SwiGLU, NeoX RoPE (rotate-half)
+    }
+    // starcoder2: LayerNorm, GELU, NeoX RoPE, biases everywhere (zeros for bias: false).
+    if (c.positions == Positions::Rope) return "starcoder2";
     // mpt is gpt2 without the position table (and with optional biases; ALiBi only when
     // mpt.attention.max_alibi_bias is set, which the export never writes).
     return c.positions == Positions::None ? "mpt" : "gpt2";
@@ -300,6 +306,10 @@ GgufExportReport export_gguf(const std::string& path, Model& model, const Tokeni
                c.vocab_size);
   const std::string& arch = report.architecture;
   const bool gpt2 = arch == "gpt2", mpt = arch == "mpt", fused = gpt2 || mpt;
+  // stablelm and starcoder2 rotate NeoX's way (rows i and i + hd/2: tformer's "halves"), llama
+  // adjacent pairs; a model of the other pairing has its query and key rows permuted.
+  const bool neox = arch == "stablelm" || arch == "starcoder2", starcoder2 = arch == "starcoder2";
+  const bool layernorm = c.norm == NormKind::LayerNorm, swiglu = c.activation == Activation::SwiGLU;
   const int64_t d = c.d_model, hd = c.head_dim(), dq = c.n_heads * hd, dkv = c.n_kv_heads * hd;
   auto& arena = model.params();
   auto values = [&](const std::string& name) {
@@ -334,10 +344,15 @@ GgufExportReport export_gguf(const std::string& path, Model& model, const Tokeni
       report.notes.push_back("positions: \"sinusoidal\" written as the position table (position_embd.weight)");
     }
   }
-  const bool halves = !fused && c.rope_pairing == RopePairing::Halves;
+  const bool permute = !fused && (c.rope_pairing == RopePairing::Halves) != neox;
+  // permute_rope_rows(.., inverse = false) takes halves to adjacent, inverse = true the other way.
+  auto rope_rows = [&](std::vector<float> v, int64_t heads, int64_t cols) {
+    return permute ? permute_rope_rows(v.data(), heads, hd, cols, neox) : v;
+  };
   for (int64_t i = 0; i < c.n_layers; ++i) {
     const std::string t = "layers." + std::to_string(i) + ".", g = "blk." + std::to_string(i) + ".";
     vector(g + "attn_norm.weight", d, values(t + "attn_norm.weight"));
+    if (!fused && layernorm) vector(g + "attn_norm.bias", d, values(t + "attn_norm.bias"));
     if (fused) {
       vector(g + "attn_norm.bias", d, values(t + "attn_norm.bias"));
       std::vector<float> qkv = values(t + "attn.wq.weight");
@@ -365,44 +380,47 @@ GgufExportReport export_gguf(const std::string& path, Model& model, const Tokeni
       matrix(g + "ffn_down.weight", d, c.d_ff, values(t + "ffn.w2.weight"));
       bias(g + "ffn_down.bias", t + "ffn.w2.bias", d, gpt2);
     } else {
-      auto q = values(t + "attn.wq.weight"), k = values(t + "attn.wk.weight");
-      if (halves) {
-        q = permute_rope_rows(q.data(), c.n_heads, hd, d, false);
-        k = permute_rope_rows(k.data(), c.n_kv_heads, hd, d, false);
-      }
-      matrix(g + "attn_q.weight", dq, d, std::move(q));
-      matrix(g + "attn_k.weight", dkv, d, std::move(k));
+      matrix(g + "attn_q.weight", dq, d, rope_rows(values(t + "attn.wq.weight"), c.n_heads, d));
+      matrix(g + "attn_k.weight", dkv, d, rope_rows(values(t + "attn.wk.weight"), c.n_kv_heads, d));
       matrix(g + "attn_v.weight", dkv, d, values(t + "attn.wv.weight"));
       if (c.bias) {
-        auto bq = values(t + "attn.wq.bias"), bk = values(t + "attn.wk.bias");
-        if (halves) {
-          bq = permute_rope_rows(bq.data(), c.n_heads, hd, 1, false);
-          bk = permute_rope_rows(bk.data(), c.n_kv_heads, hd, 1, false);
-        }
-        vector(g + "attn_q.bias", dq, std::move(bq));
-        vector(g + "attn_k.bias", dkv, std::move(bk));
+        vector(g + "attn_q.bias", dq, rope_rows(values(t + "attn.wq.bias"), c.n_heads, 1));
+        vector(g + "attn_k.bias", dkv, rope_rows(values(t + "attn.wk.bias"), c.n_kv_heads, 1));
         vector(g + "attn_v.bias", dkv, values(t + "attn.wv.bias"));
       }
       matrix(g + "attn_output.weight", d, dq, values(t + "attn.wo.weight"));
-      bias(g + "attn_output.bias", t + "attn.wo.bias", d, false);
+      bias(g + "attn_output.bias", t + "attn.wo.bias", d, starcoder2);
       vector(g + "ffn_norm.weight", d, values(t + "ffn_norm.weight"));
-      matrix(g + "ffn_gate.weight", c.d_ff, d, values(t + "ffn.w1.weight"));
-      bias(g + "ffn_gate.bias", t + "ffn.w1.bias", c.d_ff, false);
-      matrix(g + "ffn_up.weight", c.d_ff, d, values(t + "ffn.w3.weight"));
-      bias(g + "ffn_up.bias", t + "ffn.w3.bias", c.d_ff, false);
+      if (layernorm) vector(g + "ffn_norm.bias", d, values(t + "ffn_norm.bias"));
+      if (swiglu) {
+        matrix(g + "ffn_gate.weight", c.d_ff, d, values(t + "ffn.w1.weight"));
+        bias(g + "ffn_gate.bias", t + "ffn.w1.bias", c.d_ff, false);
+        matrix(g + "ffn_up.weight", c.d_ff, d, values(t + "ffn.w3.weight"));
+        bias(g + "ffn_up.bias", t + "ffn.w3.bias", c.d_ff, false);
+      } else {
+        matrix(g + "ffn_up.weight", c.d_ff, d, values(t + "ffn.w1.weight"));
+        bias(g + "ffn_up.bias", t + "ffn.w1.bias", c.d_ff, starcoder2);
+      }
       matrix(g + "ffn_down.weight", d, c.d_ff, values(t + "ffn.w2.weight"));
-      bias(g + "ffn_down.bias", t + "ffn.w2.bias", d, false);
+      bias(g + "ffn_down.bias", t + "ffn.w2.bias", d, starcoder2);
     }
   }
   vector("output_norm.weight", d, values("norm.weight"));
-  if (fused) vector("output_norm.bias", d, values("norm.bias"));
-  // Both architectures fall back to token_embd.weight when output.weight is absent (llama.cpp's
-  // TENSOR_DUPLICATED), so a tied model writes its embedding once.
-  if (!c.tied_embeddings) matrix("output.weight", c.vocab_size, d, values("output.weight"));
-  if (gpt2 && !c.bias) report.notes.push_back("bias: false written as zero biases (llama.cpp's gpt2 requires them)");
-  if (halves)
+  if (layernorm) vector("output_norm.bias", d, values("norm.bias"));
+  // Every architecture but stablelm falls back to token_embd.weight when output.weight is absent
+  // (llama.cpp's TENSOR_DUPLICATED), so a tied model writes its embedding once; stablelm requires
+  // output.weight, and tformer.tied_embeddings tells tformer that it is the embedding again.
+  const bool stablelm = arch == "stablelm";
+  if (!c.tied_embeddings || stablelm)
+    matrix("output.weight", c.vocab_size, d, values(c.tied_embeddings ? "tok_embeddings.weight" : "output.weight"));
+  if ((gpt2 || starcoder2) && !c.bias)
+    report.notes.push_back(fmt::format("bias: false written as zero biases (llama.cpp's {} requires them)", arch));
+  if (stablelm && c.tied_embeddings)
+    report.notes.push_back("tied embeddings written twice: llama.cpp's stablelm requires output.weight");
+  if (permute)
     report.notes.push_back(
-        "rope_pairing: \"halves\" written with each query and key head's rows permuted to llama.cpp's adjacent pairs");
+        fmt::format("rope_pairing: \"{}\" written with each query and key head's rows permuted to llama.cpp's {} pairs",
+                    to_string(c.rope_pairing), neox ? "NeoX (rotate-half)" : "adjacent"));
 
   // Metadata: the keys llama.cpp reads for this architecture, with the value types it checks.
   Metadata md;
@@ -419,10 +437,10 @@ GgufExportReport export_gguf(const std::string& path, Model& model, const Tokeni
   key("attention.head_count", count(c.n_heads));
   key("attention.head_count_kv", count(c.n_kv_heads));
   key("vocab_size", count(c.vocab_size));
-  if (fused) {
-    key("attention.layer_norm_epsilon", GgufValue::f32(static_cast<float>(c.norm_eps)));
-  } else {
-    key("attention.layer_norm_rms_epsilon", GgufValue::f32(static_cast<float>(c.norm_eps)));
+  key(layernorm ? "attention.layer_norm_epsilon" : "attention.layer_norm_rms_epsilon",
+      GgufValue::f32(static_cast<float>(c.norm_eps)));
+  if (stablelm && c.tied_embeddings) md.emplace_back("tformer.tied_embeddings", GgufValue::boolean(true));
+  if (!fused) {
     key("rope.freq_base", GgufValue::f32(static_cast<float>(c.rope_base)));
     key("rope.dimension_count", count(hd));
     // llama.cpp ignores keys it does not know; tformer reads this one back, so that a "halves"
@@ -733,11 +751,13 @@ LoadedModel load_gguf_model(const std::string& path) {
   if (arch_value.type != GgufType::String)
     fail_file("general.architecture", "{}: general.architecture is not a string", path);
   const std::string arch = arch_value.s;
-  if (arch != "gpt2" && arch != "mpt" && arch != "llama")
+  if (arch != "gpt2" && arch != "mpt" && arch != "llama" && arch != "stablelm" && arch != "starcoder2")
     fail_unsupported("general.architecture",
-                     "{}: general.architecture '{}': tformer loads llama.cpp's gpt2, mpt and llama architectures", path,
-                     arch);
+                     "{}: general.architecture '{}': tformer loads llama.cpp's gpt2, mpt, llama, stablelm and "
+                     "starcoder2 architectures",
+                     path, arch);
   const bool gpt2 = arch == "gpt2", fused = gpt2 || arch == "mpt";
+  const bool neox = arch == "stablelm" || arch == "starcoder2", starcoder2 = arch == "starcoder2";
   for (const char* k : {"attention.max_alibi_bias", "attention.clamp_kqv"})
     if (r.has((arch + ".") + k) &&
         !(r.value((arch + ".") + k).type == GgufType::F32 && r.value((arch + ".") + k).f == 0))
@@ -760,7 +780,10 @@ LoadedModel load_gguf_model(const std::string& path) {
   if (embd.ne.size() != 2 || embd.ne[0] != c.d_model)
     fail_file("token_embd.weight", "{}: token_embd.weight must have ne [{}, vocab]", path, c.d_model);
   c.vocab_size = embd.ne[1];
-  c.tied_embeddings = f.find_tensor("output.weight") == nullptr;
+  const bool tied_again = r.has("tformer.tied_embeddings") &&
+                          r.value("tformer.tied_embeddings").type == GgufType::Bool &&
+                          r.value("tformer.tied_embeddings").i != 0;
+  c.tied_embeddings = f.find_tensor("output.weight") == nullptr || tied_again;
   c.norm_placement = NormPlacement::Pre;
   // Any bias in a block: tformer's one bias flag; those the file lacks read as zeros (llama.cpp
   // requires every gpt2 bias and makes every mpt and llama bias optional).
@@ -774,15 +797,19 @@ LoadedModel load_gguf_model(const std::string& path) {
     c.bias = gpt2 || any_bias;
     c.norm_eps = r.real(p + "attention.layer_norm_epsilon");
   } else {
-    c.norm = NormKind::RMSNorm;
-    c.activation = Activation::SwiGLU;
+    // llama: RMSNorm + SwiGLU; stablelm: LayerNorm + SwiGLU; starcoder2: LayerNorm + GELU (tanh).
+    c.norm = neox ? NormKind::LayerNorm : NormKind::RMSNorm;
+    c.activation = starcoder2 ? Activation::GeluTanh : Activation::SwiGLU;
     c.positions = Positions::Rope;
-    c.norm_eps = r.real(p + "attention.layer_norm_rms_epsilon");
+    c.norm_eps = r.real(p + (neox ? "attention.layer_norm_epsilon" : "attention.layer_norm_rms_epsilon"));
     c.rope_base = r.has(p + "rope.freq_base") ? r.real(p + "rope.freq_base") : 10000.0;
-    // llama.cpp makes every llama bias optional; tformer's one bias flag is on when the file has
-    // any, and the ones it lacks are zeros.
-    c.bias = any_bias;
-    const std::string pairing = r.string_or("tformer.rope_pairing", "adjacent");
+    // llama.cpp makes every llama and stablelm bias optional (stablelm has them only on q, k, v)
+    // and requires starcoder2's output and feed-forward ones; tformer's one bias flag is on when
+    // the file has any, and the ones it lacks are zeros.
+    c.bias = starcoder2 || any_bias;
+    // The file's rows rotate adjacent pairs (llama) or NeoX's halves (stablelm, starcoder2);
+    // tformer.rope_pairing says which order tformer's rows were in.
+    const std::string pairing = r.string_or("tformer.rope_pairing", neox ? "halves" : "adjacent");
     if (pairing != "adjacent" && pairing != "halves")
       fail_file("tformer.rope_pairing", "{}: tformer.rope_pairing '{}' is neither adjacent nor halves", path, pairing);
     c.rope_pairing = pairing == "halves" ? RopePairing::Halves : RopePairing::Adjacent;
@@ -837,11 +864,20 @@ LoadedModel load_gguf_model(const std::string& path) {
   };
   copy("token_embd.weight", "tok_embeddings.weight", {c.vocab_size, d});
   if (c.positions == Positions::Learned) copy("position_embd.weight", "pos_embeddings.weight", {c.context_length, d});
-  const bool halves = !fused && c.rope_pairing == RopePairing::Halves;
+  // Rows from the file's pairing to the model's (permute_rope_rows: inverse = true takes adjacent
+  // to halves).
+  const bool permute = !fused && (c.rope_pairing == RopePairing::Halves) != neox;
+  auto rope_rows = [&](std::vector<float> v, int64_t heads, int64_t cols) {
+    return permute ? permute_rope_rows(v.data(), heads, hd, cols, !neox) : v;
+  };
   for (int64_t i = 0; i < c.n_layers; ++i) {
     const std::string t = "layers." + std::to_string(i) + ".", g = "blk." + std::to_string(i) + ".";
     copy(g + "attn_norm.weight", t + "attn_norm.weight", {d});
     copy(g + "ffn_norm.weight", t + "ffn_norm.weight", {d});
+    if (neox) {
+      copy(g + "attn_norm.bias", t + "attn_norm.bias", {d});
+      copy(g + "ffn_norm.bias", t + "ffn_norm.bias", {d});
+    }
     copy(g + "attn_output.weight", t + "attn.wo.weight", {d, dq});
     copy(g + "ffn_down.weight", t + "ffn.w2.weight", {d, c.d_ff});
     if (fused) {
@@ -862,34 +898,45 @@ LoadedModel load_gguf_model(const std::string& path) {
       bias(g + "ffn_up.bias", t + "ffn.w1.bias", {c.d_ff});
       bias(g + "ffn_down.bias", t + "ffn.w2.bias", {d});
     } else {
-      auto q = take(g + "attn_q.weight", {dq, d}), k = take(g + "attn_k.weight", {dkv, d});
-      if (halves) {
-        q = permute_rope_rows(q.data(), c.n_heads, hd, d, true);
-        k = permute_rope_rows(k.data(), c.n_kv_heads, hd, d, true);
-      }
-      put(t + "attn.wq.weight", q);
-      put(t + "attn.wk.weight", k);
+      put(t + "attn.wq.weight", rope_rows(take(g + "attn_q.weight", {dq, d}), c.n_heads, d));
+      put(t + "attn.wk.weight", rope_rows(take(g + "attn_k.weight", {dkv, d}), c.n_kv_heads, d));
       copy(g + "attn_v.weight", t + "attn.wv.weight", {dkv, d});
-      copy(g + "ffn_gate.weight", t + "ffn.w1.weight", {c.d_ff, d});
-      copy(g + "ffn_up.weight", t + "ffn.w3.weight", {c.d_ff, d});
-      // Each bias the file has (a missing one stays zero); q and k in the rows' own order.
+      if (starcoder2) {
+        copy(g + "ffn_up.weight", t + "ffn.w1.weight", {c.d_ff, d});
+      } else {
+        copy(g + "ffn_gate.weight", t + "ffn.w1.weight", {c.d_ff, d});
+        copy(g + "ffn_up.weight", t + "ffn.w3.weight", {c.d_ff, d});
+      }
+      // Each bias the file has (a missing one stays zero; starcoder2's output and feed-forward
+      // ones must be there); q and k in the model's row order.
+      const char* up = starcoder2 ? "ffn.w1.bias" : "ffn.w3.bias";
       for (const auto& [gn, tn, n, heads] : {std::tuple{"attn_q.bias", "attn.wq.bias", dq, c.n_heads},
                                              std::tuple{"attn_k.bias", "attn.wk.bias", dkv, c.n_kv_heads},
                                              std::tuple{"attn_v.bias", "attn.wv.bias", dkv, int64_t{0}},
-                                             std::tuple{"attn_output.bias", "attn.wo.bias", d, int64_t{0}},
+                                             std::tuple{"attn_output.bias", "attn.wo.bias", d, int64_t{-1}},
                                              std::tuple{"ffn_gate.bias", "ffn.w1.bias", c.d_ff, int64_t{0}},
-                                             std::tuple{"ffn_up.bias", "ffn.w3.bias", c.d_ff, int64_t{0}},
-                                             std::tuple{"ffn_down.bias", "ffn.w2.bias", d, int64_t{0}}}) {
-        if (!f.find_tensor(g + gn)) continue;
+                                             std::tuple{"ffn_up.bias", up, c.d_ff, int64_t{-1}},
+                                             std::tuple{"ffn_down.bias", "ffn.w2.bias", d, int64_t{-1}}}) {
+        if (!f.find_tensor(g + gn) && !(starcoder2 && heads < 0)) continue;
         auto b = take(g + gn, {n});
-        if (halves && heads > 0) b = permute_rope_rows(b.data(), heads, hd, 1, true);
+        if (heads > 0) b = rope_rows(std::move(b), heads, 1);
         put(t + tn, b);
       }
     }
   }
   copy("output_norm.weight", "norm.weight", {d});
   if (fused) bias("output_norm.bias", "norm.bias", {d});
+  if (neox) copy("output_norm.bias", "norm.bias", {d});
   if (!c.tied_embeddings) copy("output.weight", "output.weight", {c.vocab_size, d});
+  if (tied_again && f.find_tensor("output.weight")) {
+    // Written twice for stablelm: it must be the embedding again.
+    const GgufTensor& out_t = f.tensor("output.weight");
+    if (out_t.ne != embd.ne || out_t.type != embd.type ||
+        read_floats(f, "output.weight", {c.vocab_size, d}) != read_floats(f, "token_embd.weight", {c.vocab_size, d}))
+      fail_file("tformer.tied_embeddings",
+                "{}: tformer.tied_embeddings is set but output.weight is not token_embd.weight", path);
+    used["output.weight"] = true;
+  }
   for (const auto& [name, was_used] : used)
     if (!was_used)
       fail_unsupported(name, "{}: tensor {} is not part of llama.cpp's {} architecture as tformer computes it", path,

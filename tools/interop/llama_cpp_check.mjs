@@ -3,8 +3,9 @@
 //
 //   node tools/interop/llama_cpp_check.mjs --tformer build/tformer [--write-fixtures tests/fixtures/gguf]
 //
-// For each model of MODELS (both RoPE pairings, MHA/GQA/MQA, tied and untied, learned and
-// sinusoidal positions, biases on and off, F32/F16/BF16; F32 KV cache, flash attention off): `tformer init`, every parameter refilled
+// For each model of MODELS (llama.cpp's gpt2, mpt, llama, stablelm and starcoder2 architectures;
+// both RoPE pairings, MHA/GQA/MQA, tied and untied, learned and sinusoidal positions, biases on and
+// off, F32/F16/BF16; F32 KV cache, flash attention off): `tformer init`, every parameter refilled
 // here with seeded values (matrices N(0, 0.3^2), biases U(-0.2, 0.2), norm gains 1 + U(-0.3, 0.3):
 // GPT-2's initialisation would give near-uniform next-token distributions, where nothing shows),
 // `tformer export`, then:
@@ -177,6 +178,7 @@ function tformerGreedy(model, prompt, n, V) {
 const base = {context_length: 96, d_model: 32, n_layers: 2, n_heads: 4, d_ff: 64};
 const llamaBase = {...base, norm: "rmsnorm", positions: "rope", activation: "swiglu"};
 const gpt2Base = {...base, norm: "layernorm", activation: "gelu_tanh"};
+const stablelmBase = {...base, norm: "layernorm", positions: "rope", activation: "swiglu"};
 // Bounds on |p_llama.cpp - p_tformer| over every probability (docs/gguf.md derives them):
 //   llama F32: float32 rounding only (1e-5, the issue's bound).
 //   gpt2 F32: llama.cpp's CPU GELU reads a table of fp16 values at fp16-rounded inputs (errors up
@@ -194,9 +196,16 @@ const MODELS = [
   {name: "gpt2_learned_erf_f16", config: {...gpt2Base, activation: "gelu", positions: "learned", bias: true, tied_embeddings: true}, type: "f16", bound: 5e-3},
   {name: "mpt_nopos_mqa_bias", config: {...gpt2Base, n_kv_heads: 1, positions: "none", bias: true, tied_embeddings: true}, type: "f32", bound: 2e-3},
   {name: "mpt_nopos_untied_nobias", config: {...gpt2Base, positions: "none", bias: false, tied_embeddings: false}, type: "f32", bound: 2e-3},
+  // LayerNorm + SwiGLU + RoPE: stablelm (NeoX rotation: "adjacent" rows permuted to halves).
+  {name: "stablelm_halves_gqa_tied", config: {...stablelmBase, n_kv_heads: 2, rope_pairing: "halves", bias: false, tied_embeddings: true}, type: "f32", bound: 1e-5},
+  {name: "stablelm_adjacent_untied", config: {...stablelmBase, rope_pairing: "adjacent", bias: false, tied_embeddings: false, rope_base: 500}, type: "f32", bound: 1e-5},
+  // LayerNorm + GELU + RoPE: starcoder2 (its GELU is gpt2's table).
+  {name: "starcoder2_halves_gqa_bias_untied", config: {...gpt2Base, positions: "rope", n_kv_heads: 2, rope_pairing: "halves", bias: true, tied_embeddings: false}, type: "f32", bound: 2e-3},
+  {name: "starcoder2_adjacent_mqa_nobias_tied", config: {...gpt2Base, positions: "rope", n_kv_heads: 1, rope_pairing: "adjacent", bias: false, tied_embeddings: true}, type: "f32", bound: 2e-3},
 ];
 
-const expectedArch = (c) => (c.norm === "rmsnorm" ? "llama" : c.positions === "none" ? "mpt" : "gpt2");
+const expectedArch = (c) => (c.norm === "rmsnorm" ? "llama" : c.activation === "swiglu" ? "stablelm" :
+                             c.positions === "rope" ? "starcoder2" : c.positions === "none" ? "mpt" : "gpt2");
 
 async function checkModel(m, index) {
   const dir = path.join(work, m.name);
@@ -258,13 +267,17 @@ async function checkModel(m, index) {
     if (metadata[k] !== v) fail(`${m.name}: @huggingface/gguf reads ${k} = ${metadata[k]}, expected ${v}`);
   const names = new Set(tensorInfos.map((t) => t.name));
   const shapeOf = (n) => tensorInfos.find((t) => t.name === n)?.shape.map(Number).join(",");
-  const need = arch === "llama" ? [["blk.0.attn_q.weight", `32,${heads * hd}`], ["blk.1.attn_k.weight", `32,${kv * hd}`],
-                                   ["blk.1.ffn_gate.weight", "32,64"], ["output_norm.weight", "32"]]
-                                : [["blk.0.attn_qkv.weight", `32,${(heads + 2 * kv) * hd}`], ["output_norm.bias", "32"],
-                                   ...(arch === "gpt2" ? [["position_embd.weight", "32,96"], ["blk.1.ffn_up.bias", "64"]] : [])];
+  const separate = [["blk.0.attn_q.weight", `32,${heads * hd}`], ["blk.1.attn_k.weight", `32,${kv * hd}`]];
+  const need = arch === "llama" ? [...separate, ["blk.1.ffn_gate.weight", "32,64"], ["output_norm.weight", "32"]]
+             : arch === "stablelm" ? [...separate, ["blk.1.ffn_gate.weight", "32,64"], ["blk.0.attn_norm.bias", "32"],
+                                      ["output.weight", "32,256"]]
+             : arch === "starcoder2" ? [...separate, ["blk.1.ffn_up.bias", "64"], ["blk.0.attn_output.bias", "32"],
+                                        ["output_norm.bias", "32"]]
+             : [["blk.0.attn_qkv.weight", `32,${(heads + 2 * kv) * hd}`], ["output_norm.bias", "32"],
+                ...(arch === "gpt2" ? [["position_embd.weight", "32,96"], ["blk.1.ffn_up.bias", "64"]] : [])];
   for (const [n, shape] of need)
     if (shapeOf(n) !== shape) fail(`${m.name}: @huggingface/gguf reads ${n} with shape ${shapeOf(n)}, expected ${shape}`);
-  if (names.has("output.weight") === m.config.tied_embeddings) fail(`${m.name}: output.weight present = ${names.has("output.weight")}`);
+  if (arch !== "stablelm" && names.has("output.weight") === m.config.tied_embeddings) fail(`${m.name}: output.weight present = ${names.has("output.weight")}`);
   console.log(`ok   ${m.name}: @huggingface/gguf reads ${tensorInfos.length} tensors and the metadata back`);
 
   if (fixtures) {
