@@ -18,6 +18,7 @@
 #include "kernels/softmax.h"
 #include "model/checkpoint.h"
 #include "model/gguf_model.h"
+#include "random_model.h"
 #include "test_util.h"
 #include "tokenizer/byte_bpe.h"
 #include "tokenizer/byte_bpe_train.h"
@@ -28,41 +29,12 @@
 namespace tformer {
 namespace {
 
-ModelConfig config(const char* overrides) {
-  auto j = nlohmann::json::parse(R"({"vocab_size": 256, "context_length": 24, "d_model": 16, "n_layers": 2,
-                                     "n_heads": 4, "d_ff": 24})");
-  j.update(nlohmann::json::parse(overrides));
-  ModelConfig c = ModelConfig::from_json(j, "test");
-  c.validate();
-  return c;
-}
+ModelConfig config(const char* overrides) { return test::small_config(overrides); }
 
 const char* kLlama = R"({"norm": "rmsnorm", "positions": "rope", "activation": "swiglu", "bias": false})";
 
-// Every parameter refilled with seeded values: matrices N(0, 0.3^2), biases U(-0.2, 0.2), norm
-// gains 1 + U(-0.3, 0.3), so that no tensor is symmetric and a swapped one shows.
-std::unique_ptr<Model> random_model(const ModelConfig& c, uint64_t seed) {
-  auto m = std::make_unique<Model>(c);
-  Rng rng(seed);
-  for (const auto& e : m->params().entries()) {
-    float* p = m->params().data() + e.offset;
-    for (int64_t i = 0; i < e.shape.numel(); ++i) {
-      if (e.name.ends_with(".bias"))
-        p[i] = 0.4f * rng.uniform() - 0.2f;
-      else if (e.name.ends_with("norm.weight"))
-        p[i] = 1.0f + 0.6f * rng.uniform() - 0.3f;
-      else
-        p[i] = static_cast<float>(0.3 * rng.normal());
-    }
-  }
-  return m;
-}
-
-std::vector<float> logits_of(Model& m, const std::vector<TokenId>& ids) {
-  std::vector<float> out(ids.size() * static_cast<size_t>(m.config().vocab_size));
-  m.forward(out.data(), ids.data(), 1, static_cast<int64_t>(ids.size()));
-  return out;
-}
+using test::logits_of;
+using test::random_model;
 
 std::vector<TokenId> some_ids(int64_t n, int64_t vocab) {
   std::vector<TokenId> ids;
@@ -510,6 +482,10 @@ TEST_F(GgufModelTest, ALlamaVocabularyPutsItsBosFirstAndStopsAtItsEos) {
   set_value(p, "tokenizer.ggml.bos_token_id", GgufValue::u32(static_cast<uint32_t>(sp.vocab_size())));
   write_gguf(path("d.gguf"), p.metadata, p.tensors);
   EXPECT_ERROR(load_gguf_tokenizer(path("d.gguf")), ErrorKind::BadFile, "tokenizer.ggml.bos_token_id", "outside");
+  set_value(p, "tokenizer.ggml.bos_token_id", GgufValue::u32(0));  // id 0 is a token like any other
+  set_value(p, "tokenizer.ggml.add_bos_token", GgufValue::boolean(true));
+  write_gguf(path("d.gguf"), p.metadata, p.tensors);
+  EXPECT_EQ(load_gguf_tokenizer(path("d.gguf"))->bos_id(), 0);
   set_value(p, "tokenizer.ggml.bos_token_id", GgufValue::u32(3));
   set_value(p, "tokenizer.ggml.add_bos_token", GgufValue::u32(1));
   write_gguf(path("d.gguf"), p.metadata, p.tensors);

@@ -6,6 +6,7 @@
 // are errors naming the key, tensor or file.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <string>
@@ -180,6 +181,27 @@ TEST_F(HfBroken, MissingAndMisshapenPiecesAreNamed) {
     EXPECT_EQ(m.tokenizer->eot_id(), m.tokenizer->special_tokens().at("<s>"));
     write_file_atomic(cfg, R"({"add_bos_token": "yes"})");
     EXPECT_ERROR(import_hf(d), ErrorKind::BadFile, "add_bos_token", "not a bool");
+    // Llama 2's folders also carry a tokenizer.json converted from tokenizer.model (Metaspace,
+    // no pre-tokenizer): the original SentencePiece model is read.
+    fs::remove(cfg);
+    write_file_atomic((fs::path(d) / "tokenizer.json").string(),
+                      R"({"version": "1.0", "normalizer": {"type": "Sequence", "normalizers": [{"type": "Prepend",
+                          "prepend": "▁"}]}, "pre_tokenizer": null, "model": {"type": "BPE", "vocab": {},
+                          "merges": []}})");
+    HfModel with_json = import_hf(d);
+    ASSERT_TRUE(with_json.tokenizer);
+    EXPECT_EQ(with_json.tokenizer->kind(), "sentencepiece");
+    EXPECT_EQ(with_json.tokenizer->encode("hello world"), m.tokenizer->encode("hello world"));
+    EXPECT_TRUE(std::any_of(with_json.notes.begin(), with_json.notes.end(),
+                            [](const std::string& n) { return n.find("tokenizer.model") != std::string::npos; }));
+  }
+  {
+    // A byte-level tokenizer.json with a normalizer: tformer's byte-level BPE has none.
+    const std::string d = copy("llama_tiny");
+    auto tj = nlohmann::json::parse(read_file((fs::path(d) / "tokenizer.json").string()));
+    tj["normalizer"] = {{"type", "NFC"}};
+    write_file_atomic((fs::path(d) / "tokenizer.json").string(), tj.dump());
+    EXPECT_ERROR(import_hf(d), ErrorKind::Unsupported, "normalizer", "NFC");
   }
   const std::string nowhere = (tmp_.path() / "nowhere").string();
   EXPECT_ERROR(import_hf(nowhere), ErrorKind::BadFile, nowhere, "not a folder");

@@ -1,5 +1,6 @@
 // tformer export: a model file into llama.cpp's GGUF (model/gguf_model.h, docs/gguf.md).
 // tformer import: a Hugging Face model folder into a tformer model file (model/hf_import.h).
+// tformer convert: a model with fewer key/value heads, pooled from its own (model/gqa_convert.h).
 #include <fmt/format.h>
 
 #include <memory>
@@ -9,6 +10,7 @@
 #include "core/error.h"
 #include "model/checkpoint.h"
 #include "model/gguf_model.h"
+#include "model/gqa_convert.h"
 #include "model/hf_import.h"
 
 namespace tformer::cli {
@@ -30,9 +32,9 @@ void run_export(const ExportOptions& o) {
   for (const auto& note : r.notes) fmt::print("  {}\n", note);
   if (r.gelu_changed)
     fmt::print(
-        "  activation: \"gelu\" (erf) runs in llama.cpp's gpt2 as the tanh form: the largest change of a next-token "
+        "  activation: \"gelu\" (erf) runs in llama.cpp's {} as the tanh form: the largest change of a next-token "
         "probability over a probe batch of {} positions is {:.3g}\n",
-        r.probe_tokens, r.gelu_max_prob_change);
+        r.architecture, r.probe_tokens, r.gelu_max_prob_change);
 }
 
 struct ImportOptions {
@@ -49,6 +51,26 @@ void run_import(const ImportOptions& o) {
              m.tokenizer ? "tokenizer " + m.tokenizer->kind() : std::string("no tokenizer"),
              m.chat_template.empty() ? "" : ", chat template");
   for (const auto& note : m.notes) fmt::print("  {}\n", note);
+}
+
+struct ConvertOptions {
+  std::string model, out, pool = "mean";
+  int64_t kv_heads = 0;
+};
+
+void run_convert(const ConvertOptions& o) {
+  const KvPool pool = parse_kv_pool(o.pool);
+  LoadedModel lm = load_model(o.model);
+  const ModelConfig& c = lm.model->config();
+  auto converted = convert_kv_heads(*lm.model, o.kv_heads, pool);
+  save_model(o.out, *converted, lm.tokenizer.get(), lm.chat_template);
+  // The KV cache's payload per token: keys and values, every layer, float32.
+  auto per_token = [&](int64_t kv) { return 2 * c.n_layers * kv * c.head_dim() * 4; };
+  fmt::print(
+      "wrote {}: {} query heads, {} key/value heads -> {} ({} pooling, groups of {}); KV cache {} -> {} bytes per "
+      "token ({:.3g}x smaller)\n",
+      o.out, c.n_heads, c.n_kv_heads, o.kv_heads, to_string(pool), c.n_kv_heads / o.kv_heads, per_token(c.n_kv_heads),
+      per_token(o.kv_heads), static_cast<double>(c.n_kv_heads) / static_cast<double>(o.kv_heads));
 }
 
 }  // namespace
@@ -69,6 +91,16 @@ void register_convert(CLI::App& app) {
   ic->add_option("DIR", im->dir, "The folder: config.json, model.safetensors (or shards), tokenizer")->required();
   ic->add_option("--out", im->out, "Output model file (.safetensors)")->required();
   ic->callback([im] { run_import(*im); });
+
+  auto cv = std::make_shared<ConvertOptions>();
+  auto* cc = app.add_subcommand(
+      "convert", "Write a model with fewer key/value heads, each the mean (or first) of a group (docs/gqa.md)");
+  cc->add_option("--model", cv->model, "Model file (.safetensors or .gguf)")->required();
+  cc->add_option("--kv-heads", cv->kv_heads, "Key/value heads of the new model (must divide the model's)")->required();
+  cc->add_option("--out", cv->out, "Output model file (.safetensors)")->required();
+  cc->add_option("--pool", cv->pool, "mean (Ainslie et al.'s recipe) | first (each group's first head)")
+      ->capture_default_str();
+  cc->callback([cv] { run_convert(*cv); });
 }
 
 }  // namespace tformer::cli

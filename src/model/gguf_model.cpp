@@ -383,7 +383,13 @@ GgufExportReport export_gguf(const std::string& path, Model& model, const Tokeni
       matrix(g + "attn_q.weight", dq, d, rope_rows(values(t + "attn.wq.weight"), c.n_heads, d));
       matrix(g + "attn_k.weight", dkv, d, rope_rows(values(t + "attn.wk.weight"), c.n_kv_heads, d));
       matrix(g + "attn_v.weight", dkv, d, values(t + "attn.wv.weight"));
-      if (c.bias) {
+      // q, k and v biases are optional in every one of these architectures: all-zero ones (a file
+      // read with tformer's one bias flag on for the others' sake) are left out, as they came.
+      auto nonzero = [](const std::vector<float>& v) {
+        return std::any_of(v.begin(), v.end(), [](float x) { return x != 0.0f; });
+      };
+      if (c.bias && (nonzero(values(t + "attn.wq.bias")) || nonzero(values(t + "attn.wk.bias")) ||
+                     nonzero(values(t + "attn.wv.bias")))) {
         vector(g + "attn_q.bias", dq, rope_rows(values(t + "attn.wq.bias"), c.n_heads, 1));
         vector(g + "attn_k.bias", dkv, rope_rows(values(t + "attn.wk.bias"), c.n_kv_heads, 1));
         vector(g + "attn_v.bias", dkv, values(t + "attn.wv.bias"));
@@ -523,6 +529,15 @@ class GgufReader {
     return v.i;
   }
   int64_t count_or(const std::string& key, int64_t fallback) const { return has(key) ? count(key) : fallback; }
+  // A token id: an integer in [0, n).
+  int64_t token_id(const std::string& key, int64_t n) const {
+    const GgufValue& v = value(key);
+    if (!is_integer(v.type)) fail_file(key, "{}: {} is a {}, not an integer", f_.path(), key, to_string(v.type));
+    if (v.i < 0 || v.i >= n || (v.type == GgufType::U64 && v.u >= static_cast<uint64_t>(n)))
+      fail_file(key, "{}: {} = {} is outside the {} tokens", f_.path(), key,
+                v.type == GgufType::U64 ? std::to_string(v.u) : std::to_string(v.i), n);
+    return v.i;
+  }
   // A float32 key is read as the shortest decimal that rounds to it (1e-5, not
   // 9.99999974e-06): the value the writer meant, and the same float32 again when written back.
   double real(const std::string& key) const {
@@ -713,9 +728,7 @@ std::unique_ptr<Tokenizer> read_llama_tokenizer(const GgufFile& f, const GgufRea
   const auto special = [&](const std::string& key, int64_t otherwise) -> std::optional<TokenId> {
     const auto n = static_cast<int64_t>(tokens.size());
     if (!r.has(key)) return otherwise < n ? std::optional<TokenId>(static_cast<TokenId>(otherwise)) : std::nullopt;
-    const int64_t id = r.count(key);
-    if (id >= n) fail_file(key, "{}: {} is {}, outside the {} tokens", f.path(), key, id, n);
-    return static_cast<TokenId>(id);
+    return static_cast<TokenId>(r.token_id(key, n));
   };
   const auto bos = special("tokenizer.ggml.bos_token_id", 1), eos = special("tokenizer.ggml.eos_token_id", 2);
   try {

@@ -10,26 +10,35 @@
 //   llama  pre-LN, RMSNorm, SwiGLU, RoPE, MHA/GQA/MQA, with or without biases. llama.cpp rotates
 //          adjacent pairs (2i, 2i+1): a "halves" model has the rows of each query and key head
 //          permuted (row 2i <- i, row 2i+1 <- i + hd/2), which leaves every score unchanged.
-// Anything else (post-LN, LayerNorm with SwiGLU or RoPE, RMSNorm with GELU, ...) is refused with an
-// error that names the config key no llama.cpp architecture computes.
+//   stablelm  pre-LN, LayerNorm, SwiGLU, RoPE, bias: false (stablelm has biases only on q, k, v).
+//   starcoder2  pre-LN, LayerNorm, GELU, RoPE, biases (zeros for bias: false, as for gpt2).
+//          Both rotate NeoX's way (rows i, i + hd/2: tformer's "halves"); an "adjacent" model has
+//          its query and key rows permuted the other way.
+// tformer.rope_pairing records the pairing, so that tformer reads the rows back in their order.
+// Anything else (post-LN, LayerNorm + SwiGLU without RoPE or with biases, RMSNorm with GELU or
+// without RoPE) is refused with an error that names the config key no llama.cpp architecture
+// computes.
 //
 // Tensor names are llama.cpp's (token_embd.weight, blk.N.attn_q.weight, ...); matrices are written
 // in the chosen type (F32, F16 or BF16), norms and biases always in F32, as llama.cpp's converter does.
 //
 // The tokenizer goes into tokenizer.ggml.*:
-//   "byte-bpe"  model "gpt2" with tokens spelled in GPT-2's byte alphabet, merges, pre "gpt-2",
+//   "byte-bpe"  model "gpt2" with tokens spelled in GPT-2's byte alphabet, merges, pre "gpt-2" (or
+//               "default" for a vocabulary with llama.cpp's default pre-tokenizer),
 //               special tokens as control tokens, <|endoftext|> as BOS and EOS (end_of_text_for).
 //   "char"      model "gpt2" with the single-byte tokens (id order) and no merges: llama.cpp then
 //               gives one token per byte, as tformer does.
-//   "sentencepiece"  model "llama" (pieces, scores, types, add_space_prefix), for models without
-//               normalization rules, with whitespace kept and byte fallback; others are refused.
+//   "sentencepiece"  model "llama" (pieces, scores, types, add_space_prefix, BOS and EOS ids,
+//               add_bos_token when the tokenizer has a BOS), for models without normalization
+//               rules, with whitespace kept and byte fallback; others are refused.
 //   "bpe"       (Sennrich) refused: its ids leave the space between two words implicit, which no
 //               llama.cpp tokenizer reproduces.
 //
-// Import reads llama.cpp's gpt2, mpt and llama architectures (F32, F16 and BF16 tensors) with the
-// tokenizer the file carries ("gpt2" byte-level BPE in GPT-2's layout, "llama" SentencePiece); unknown architectures,
-// tensor types, tensors, tokenizers and missing keys are errors naming them. Both directions keep a chat template
-// (tokenizer.chat_template).
+// Import reads llama.cpp's gpt2, mpt, llama, stablelm and starcoder2 architectures (F32, F16 and
+// BF16 tensors) with the tokenizer the file carries ("gpt2" byte-level BPE in GPT-2's layout with
+// pre "gpt-2" or "default", "llama" SentencePiece with its BOS and EOS); unknown architectures,
+// tensor types, tensors, tokenizers and missing keys are errors naming them. Both directions keep a
+// chat template (tokenizer.chat_template).
 #pragma once
 
 #include <cstdint>
@@ -47,7 +56,7 @@ enum class GgufExportType { F32, F16, BF16 };
 GgufExportType parse_gguf_export_type(const std::string& s, const std::string& flag = "--type");
 
 struct GgufExportReport {
-  std::string architecture;  // "gpt2" or "llama"
+  std::string architecture;  // "gpt2", "mpt", "llama", "stablelm" or "starcoder2"
   int64_t n_tensors = 0;
   uint64_t file_bytes = 0;
   // Set when the model uses erf GELU and llama.cpp computes the tanh form: the largest change of
@@ -75,9 +84,9 @@ TokenId end_of_text_for(const Tokenizer& tokenizer);
 // True when the file starts with the GGUF magic.
 bool is_gguf_file(const std::string& path);
 
-// A model and its tokenizer from a GGUF file of architecture gpt2 or llama. Validates every key
-// and tensor first, and refuses a model whose float32 weights exceed the memory available,
-// naming the size, before allocating them.
+// A model and its tokenizer from a GGUF file of architecture gpt2, mpt, llama, stablelm or starcoder2. Validates every
+// key and tensor first, and refuses a model whose float32 weights exceed the memory available, naming the size, before
+// allocating them.
 LoadedModel load_gguf_model(const std::string& path);
 // Only the tokenizer of a GGUF file (its metadata; no weight is read). Null when it names none.
 std::unique_ptr<Tokenizer> load_gguf_tokenizer(const std::string& path);

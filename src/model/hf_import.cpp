@@ -187,9 +187,23 @@ void set_llama_specials(SentencePieceTokenizer& sp, const fs::path& dir, std::ve
 
 std::unique_ptr<Tokenizer> read_tokenizer(const fs::path& dir, std::vector<std::string>& notes) {
   const fs::path tj = dir / "tokenizer.json", vocab = dir / "vocab.json", merges = dir / "merges.txt";
-  if (fs::exists(tj)) {
+  // A tokenizer.json that is not byte-level BPE beside a tokenizer.model (Llama 2, TinyLlama: a
+  // Metaspace/SentencePiece conversion) comes from that SentencePiece model: read the original.
+  const bool spm_beside = fs::exists(dir / "tokenizer.model");
+  auto byte_level = [](const nlohmann::json& j) {
+    return j.is_object() && j.contains("pre_tokenizer") && j["pre_tokenizer"].is_object() &&
+           j["pre_tokenizer"].value("type", "") == "ByteLevel";
+  };
+  if (fs::exists(tj) && spm_beside && !byte_level(read_json(tj.string())))
+    notes.push_back(
+        "tokenizer.json is not byte-level BPE: the tokenizer is tokenizer.model, the SentencePiece "
+        "model it was converted from");
+  else if (fs::exists(tj)) {
     const std::string path = tj.string();
     const nlohmann::json j = read_json(path);
+    if (j.contains("normalizer") && !j["normalizer"].is_null())
+      fail_unsupported("normalizer", "{}: normalizer {}: tformer's byte-level BPE normalizes nothing", path,
+                       j["normalizer"].dump());
     const auto& model = j.contains("model") ? j["model"] : nlohmann::json();
     if (!model.is_object() || model.value("type", "") != "BPE")
       fail_unsupported("model.type", "{}: model.type {}: tformer reads byte-level BPE tokenizers", path,
