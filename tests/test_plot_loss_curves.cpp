@@ -88,5 +88,20 @@ TEST_F(PngTest, PlotErrorsNameFileAndLine) {
   EXPECT_FALSE(fs::exists(path("x.png")));
 }
 
+TEST(PlotSeries, EachSeriesIsDrawnInItsColourAndMarkersAloneAsSquares) {
+  const std::array<uint8_t, 3> red = {200, 0, 0}, green = {0, 150, 0}, violet = {120, 0, 200};
+  const std::vector<PlotSeries> series{
+      {"line", red, {{0, 2.0}, {10, 3.0}}, true, false},
+      {"markers", green, {{5, 1.0}}, false, false},      // far from the line and the legend
+      {"", violet, {{10, 1.0}, {0, 1.2}}, true, false},  // unnamed: drawn, not in the legend
+  };
+  const auto rgb = render_series(series, 800, 500, "extra steps", "val loss");
+  ASSERT_EQ(rgb.size(), 800u * 500u * 3u);
+  EXPECT_GT(count_color(rgb, red), 200);  // a 2-pixel line across the plot, and its swatch
+  EXPECT_GT(count_color(rgb, violet), 200);
+  EXPECT_EQ(count_color(rgb, green), 2 * 9 * 9);  // one 9x9 square in the plot, one in the legend
+  EXPECT_ERROR(render_series({{"empty", red, {}, true, false}}, 800, 500, "x", "y"), ErrorKind::BadInput, "curves");
+}
+
 }  // namespace
 }  // namespace tformer

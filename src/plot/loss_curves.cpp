@@ -55,6 +55,33 @@ constexpr Glyph kFont[] = {
     {'s', {0b00000, 0b00000, 0b01110, 0b10000, 0b01110, 0b00001, 0b11110}},
     {'t', {0b01000, 0b01000, 0b11100, 0b01000, 0b01000, 0b01001, 0b00110}},
     {'v', {0b00000, 0b00000, 0b10001, 0b10001, 0b10001, 0b01010, 0b00100}},
+    {'b', {0b10000, 0b10000, 0b10110, 0b11001, 0b10001, 0b10001, 0b11110}},
+    {'c', {0b00000, 0b00000, 0b01110, 0b10000, 0b10000, 0b10001, 0b01110}},
+    {'d', {0b00001, 0b00001, 0b01101, 0b10011, 0b10001, 0b10001, 0b01111}},
+    {'f', {0b00110, 0b01001, 0b01000, 0b11100, 0b01000, 0b01000, 0b01000}},
+    {'g', {0b00000, 0b00000, 0b01111, 0b10001, 0b01111, 0b00001, 0b01110}},
+    {'h', {0b10000, 0b10000, 0b10110, 0b11001, 0b10001, 0b10001, 0b10001}},
+    {'j', {0b00010, 0b00000, 0b00110, 0b00010, 0b00010, 0b10010, 0b01100}},
+    {'k', {0b10000, 0b10000, 0b10010, 0b10100, 0b11000, 0b10100, 0b10010}},
+    {'m', {0b00000, 0b00000, 0b11010, 0b10101, 0b10101, 0b10001, 0b10001}},
+    {'q', {0b00000, 0b00000, 0b01111, 0b10001, 0b01111, 0b00001, 0b00001}},
+    {'u', {0b00000, 0b00000, 0b10001, 0b10001, 0b10001, 0b10011, 0b01101}},
+    {'w', {0b00000, 0b00000, 0b10001, 0b10001, 0b10101, 0b10101, 0b01010}},
+    {'x', {0b00000, 0b00000, 0b10001, 0b01010, 0b00100, 0b01010, 0b10001}},
+    {'y', {0b00000, 0b00000, 0b10001, 0b10001, 0b01111, 0b00001, 0b01110}},
+    {'z', {0b00000, 0b00000, 0b11111, 0b00010, 0b00100, 0b01000, 0b11111}},
+    {'A', {0b01110, 0b10001, 0b10001, 0b11111, 0b10001, 0b10001, 0b10001}},
+    {'H', {0b10001, 0b10001, 0b10001, 0b11111, 0b10001, 0b10001, 0b10001}},
+    {'K', {0b10001, 0b10010, 0b10100, 0b11000, 0b10100, 0b10010, 0b10001}},
+    {'M', {0b10001, 0b11011, 0b10101, 0b10101, 0b10001, 0b10001, 0b10001}},
+    {'S', {0b01111, 0b10000, 0b10000, 0b01110, 0b00001, 0b00001, 0b11110}},
+    {'=', {0b00000, 0b00000, 0b11111, 0b00000, 0b11111, 0b00000, 0b00000}},
+    {'(', {0b00010, 0b00100, 0b01000, 0b01000, 0b01000, 0b00100, 0b00010}},
+    {')', {0b01000, 0b00100, 0b00010, 0b00010, 0b00010, 0b00100, 0b01000}},
+    {',', {0b00000, 0b00000, 0b00000, 0b00000, 0b01100, 0b00100, 0b01000}},
+    {':', {0b00000, 0b01100, 0b01100, 0b00000, 0b01100, 0b01100, 0b00000}},
+    {'%', {0b11000, 0b11001, 0b00010, 0b00100, 0b01000, 0b10011, 0b00011}},
+    {'/', {0b00000, 0b00001, 0b00010, 0b00100, 0b01000, 0b10000, 0b00000}},
     {' ', {0, 0, 0, 0, 0, 0, 0}},
 };
 constexpr int kGlyphW = 5, kGlyphH = 7, kAdvance = 6;
@@ -217,16 +244,26 @@ LossCurves read_loss_curves(const std::string& metrics_path) {
 }
 
 std::vector<uint8_t> render_loss_curves(const LossCurves& curves, int width, int height) {
+  if (curves.train.empty() && curves.val.empty()) fail_input("curves", "no train_loss or val_loss values to plot");
+  std::vector<PlotSeries> series;
+  if (!curves.train.empty()) series.push_back({"train", kTrainCurveColor, curves.train, true, false});
+  if (!curves.val.empty()) series.push_back({"val", kValCurveColor, curves.val, true, true});
+  return render_series(series, width, height, "step", "loss");
+}
+
+std::vector<uint8_t> render_series(const std::vector<PlotSeries>& series, int width, int height,
+                                   const std::string& x_title, const std::string& y_title) {
   if (width < 160 || width > 8192 || height < 120 || height > 8192)
     fail_input(width < 160 || width > 8192 ? "width" : "height",
                "plot size must be within [160, 8192] x [120, 8192], got {}x{}", width, height);
-  if (curves.train.empty() && curves.val.empty()) fail_input("curves", "no train_loss or val_loss values to plot");
+  if (std::all_of(series.begin(), series.end(), [](const PlotSeries& s) { return s.points.empty(); }))
+    fail_input("curves", "no points to plot");
 
   // Data ranges.
   constexpr double kInf = std::numeric_limits<double>::infinity();
   double x_lo = kInf, x_hi = -kInf, y_lo = kInf, y_hi = -kInf;
-  for (const auto* c : {&curves.train, &curves.val})
-    for (const auto& [x, y] : *c) {
+  for (const auto& c : series)
+    for (const auto& [x, y] : c.points) {
       x_lo = std::min(x_lo, x);
       x_hi = std::max(x_hi, x);
       y_lo = std::min(y_lo, y);
@@ -290,10 +327,10 @@ std::vector<uint8_t> render_loss_curves(const LossCurves& curves, int width, int
   cv.hline(px0, px1, py1, kBlack);
   cv.vline(px0, py0, py1, kBlack);
   cv.vline(px1, py0, py1, kBlack);
-  // Axis titles: "step" centred below, "loss" above the y axis.
-  cv.text((px0 + px1 - Canvas::text_width("step", scale)) / 2, py1 + tick + gap + glyph_h + 2 * gap, "step", scale,
+  // Axis titles: the x title centred below, the y title above the y axis.
+  cv.text((px0 + px1 - Canvas::text_width(x_title, scale)) / 2, py1 + tick + gap + glyph_h + 2 * gap, x_title, scale,
           kText);
-  cv.text(std::max(0, px0 - Canvas::text_width("loss", scale) / 2), py0 - glyph_h - 6 * scale, "loss", scale, kText);
+  cv.text(std::max(0, px0 - Canvas::text_width(y_title, scale) / 2), py0 - glyph_h - 6 * scale, y_title, scale, kText);
 
   // Curves, clipped to the inside of the frame.
   cv.clip(px0 + 1, py0 + 1, px1 - 1, py1 - 1);
@@ -305,16 +342,27 @@ std::vector<uint8_t> render_loss_curves(const LossCurves& curves, int width, int
       for (const auto& [x, y] : pts)
         cv.fill(to_px(x) - marker, to_py(y) - marker, to_px(x) + marker, to_py(y) + marker, c);
   };
-  draw_curve(curves.train, kTrainCurveColor, false);
-  draw_curve(curves.val, kValCurveColor, true);
+  for (const auto& c : series) {
+    if (c.line) {
+      draw_curve(c.points, c.color, c.markers);
+    } else {
+      for (const auto& [x, y] : c.points)  // markers alone: a larger square
+        cv.fill(to_px(x) - 2 * marker, to_py(y) - 2 * marker, to_px(x) + 2 * marker, to_py(y) + 2 * marker, c.color);
+    }
+  }
   cv.unclip();
 
-  // Legend in the top-right corner of the plot area.
-  std::vector<std::pair<std::string, Color>> entries;
-  if (!curves.train.empty()) entries.emplace_back("train", kTrainCurveColor);
-  if (!curves.val.empty()) entries.emplace_back("val", kValCurveColor);
+  // Legend in the top-right corner of the plot area; an entry's swatch is a line, or a square for
+  // markers alone.
+  std::vector<const PlotSeries*> entries;
+  int name_w = 0;
+  for (const auto& c : series)
+    if (!c.points.empty() && !c.name.empty()) {
+      entries.push_back(&c);
+      name_w = std::max(name_w, Canvas::text_width(c.name, scale));
+    }
   const int swatch = 16 * scale, row_h = glyph_h + 6 * scale;
-  const int lw = 6 * scale + swatch + gap + Canvas::text_width("train", scale) + 6 * scale;
+  const int lw = 6 * scale + swatch + gap + name_w + 6 * scale;
   const int lh = static_cast<int>(entries.size()) * row_h + 6 * scale;
   const int lx1 = px1 - 8 * scale, lx0 = lx1 - lw, ly0 = py0 + 8 * scale, ly1 = ly0 + lh;
   cv.fill(lx0, ly0, lx1, ly1, kWhite);
@@ -325,8 +373,13 @@ std::vector<uint8_t> render_loss_curves(const LossCurves& curves, int width, int
   for (size_t i = 0; i < entries.size(); ++i) {
     const int top = ly0 + 6 * scale + static_cast<int>(i) * row_h;
     const int mid = top + glyph_h / 2;
-    cv.fill(lx0 + 6 * scale, mid - scale, lx0 + 6 * scale + swatch, mid + scale - 1, entries[i].second);
-    cv.text(lx0 + 6 * scale + swatch + gap, top, entries[i].first, scale, kText);
+    const PlotSeries& e = *entries[i];
+    if (e.line)
+      cv.fill(lx0 + 6 * scale, mid - scale, lx0 + 6 * scale + swatch, mid + scale - 1, e.color);
+    else
+      cv.fill(lx0 + 6 * scale + swatch / 2 - 2 * marker, mid - 2 * marker, lx0 + 6 * scale + swatch / 2 + 2 * marker,
+              mid + 2 * marker, e.color);
+    cv.text(lx0 + 6 * scale + swatch + gap, top, e.name, scale, kText);
   }
   return cv.take();
 }

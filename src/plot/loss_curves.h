@@ -32,6 +32,18 @@ LossCurves read_loss_curves(const std::string& metrics_path);
 // are empty or the size is outside [160, 8192] x [120, 8192].
 std::vector<uint8_t> render_loss_curves(const LossCurves& curves, int width, int height);
 
+// Any named series the same way (render_loss_curves is this with "train" and "val"): each a line
+// through its points (with square markers when `markers`), or markers alone (`line` false, larger
+// squares); a legend entry per named series, in order. Errors as render_loss_curves.
+struct PlotSeries {
+  std::string name;
+  std::array<uint8_t, 3> color;
+  std::vector<std::pair<double, double>> points;  // (x, y), drawn in this order
+  bool line = true, markers = false;
+};
+std::vector<uint8_t> render_series(const std::vector<PlotSeries>& series, int width, int height,
+                                   const std::string& x_title, const std::string& y_title);
+
 // read_loss_curves + render_loss_curves + write_png_rgb (atomic). Errors name the files.
 void plot_loss_curves(const std::string& metrics_path, const std::string& png_path, int width = 800, int height = 500);
 

@@ -8,6 +8,7 @@
 #     the chat template through import, export and fine-tuning;
 #   * a vocabulary with a BOS: eval puts it before every window and scores every token (the loss
 #     recomputed from `logits`), generate before the prompt;
+#   * tformer convert --kv-heads: a smaller KV cache, the identity at the model's own count, errors;
 #   * errors: an unknown --type, --format or --from, a config no llama.cpp architecture computes (named,
 #     and no output file left behind).
 #   tests/cli/gguf_test.sh PATH/TO/tformer
@@ -113,6 +114,24 @@ printf 'hello world\nthe cat\n' > "$tmp/prompts.txt"
 "$tf" generate --model "$tmp/spm.safetensors" --prompts-file "$tmp/prompts.txt" --max-new-tokens 3 --seed 1 \
   > "$tmp/gen.txt" 2>&1
 check "generate prints each prompt as given, BOS or not" grep -q '^\[1\] the cat' "$tmp/gen.txt"
+
+# tformer convert: fewer key/value heads (the llama model has 4 heads, 2 kv heads).
+llama_st="$tmp/run-llama/model.safetensors"
+"$tf" convert --model "$llama_st" --kv-heads 1 --out "$tmp/mqa.safetensors" > "$tmp/convert.txt" 2>&1
+check "convert to one kv head exits 0" test $? -eq 0
+check "convert reports the smaller KV cache" grep -q "2 key/value heads -> 1 (mean pooling, groups of 2); KV cache 256 -> 128 bytes per token" "$tmp/convert.txt"
+"$tf" eval --model "$tmp/mqa.safetensors" --data "$data" --max-tokens 2000 --threads 2 > "$tmp/eval-mqa.txt" 2>&1
+check "the converted model evaluates" grep -q "^loss " "$tmp/eval-mqa.txt"
+"$tf" convert --model "$tmp/llama.gguf" --kv-heads 2 --out "$tmp/same.safetensors" > /dev/null 2>&1
+"$tf" logits --model "$tmp/same.safetensors" --tokens "1 2 3 4 5" --out "$tmp/same.bin"
+"$tf" logits --model "$llama_st" --tokens "1 2 3 4 5" --out "$tmp/orig.bin"
+check "convert to the model's own kv heads (from its GGUF file) is the identity" cmp -s "$tmp/same.bin" "$tmp/orig.bin"
+"$tf" convert --model "$llama_st" --kv-heads 3 --out "$tmp/bad.safetensors" > "$tmp/err.txt" 2>&1
+check "--kv-heads 3 exits 1" test $? -eq 1
+check "--kv-heads 3 names both head counts" grep -q -- "--kv-heads 3: must divide the model's 2 key/value heads (n_heads 4, n_kv_heads 2)" "$tmp/err.txt"
+check "no output file is left" test ! -e "$tmp/bad.safetensors"
+"$tf" convert --model "$llama_st" --kv-heads 1 --pool max --out "$tmp/bad.safetensors" > "$tmp/err.txt" 2>&1
+check "--pool max is named" grep -q -- "--pool: unknown pooling 'max'" "$tmp/err.txt"
 
 # Errors.
 "$tf" export --model "$tmp/run-gpt2/model.safetensors" --out "$tmp/x.gguf" --type q4_1 > "$tmp/err.txt" 2>&1
