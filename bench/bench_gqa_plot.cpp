@@ -1,7 +1,8 @@
 // The GQA experiment's picture and table (docs/gqa.md) from bench/gqa_experiment.sh's results.tsv:
 // validation loss against the training steps after the multi-head original's, per key/value head
 // count K, for mean-pooled and first-head conversions uptrained, with GQA models trained from
-// scratch for the same total steps as markers, and the original as a line. Prints the markdown
+// scratch for the same total steps as markers, the original as a line, and the original trained on
+// for the same steps without conversion. Prints the markdown
 // table: mean over seeds, the spread (largest minus smallest), and the KV cache bytes per token
 // (2 x layers x K x head_dim x 4, the spec's formula for float32).
 //
@@ -79,12 +80,17 @@ int main(int argc, char** argv) {
   const std::array<std::array<uint8_t, 3>, 3> dark = {{{31, 119, 180}, {214, 39, 40}, {44, 160, 44}}};
   const std::array<std::array<uint8_t, 3>, 3> light = {{{140, 190, 230}, {240, 150, 150}, {150, 215, 150}}};
   std::vector<tformer::PlotSeries> series;
-  if (const Stats* m = get("mha", 8, "-", max_steps))
+  if (const Stats* m = get("mha", 8, "-", max_steps)) {
     series.push_back({fmt::format("MHA, 8 kv heads ({} steps)", max_steps),
                       {90, 90, 90},
                       {{0, m->mean}, {up2, m->mean}},
                       true,
                       false});
+    tformer::PlotSeries cont{"MHA trained on the same way", {0, 0, 0}, {{0, m->mean}}, true, true};
+    for (int u : {up1, up2})
+      if (const Stats* c = get("continued", 8, "-", u)) cont.points.emplace_back(u, c->mean);
+    if (cont.points.size() > 1) series.push_back(std::move(cont));
+  }
   const int ks[3] = {4, 2, 1};
   for (int i = 0; i < 3; ++i) {
     const int k = ks[i];
@@ -119,6 +125,8 @@ int main(int argc, char** argv) {
   fmt::print("|---|---|---|---|---|\n");
   fmt::print("| MHA, 8 kv heads, {} steps | {} | {} | | |\n", max_steps, kv_bytes(8),
              cell(get("mha", 8, "-", max_steps)));
+  fmt::print("| MHA trained on the same way (no conversion) | {} | | {} | {} |\n", kv_bytes(8),
+             cell(get("continued", 8, "-", up1)), cell(get("continued", 8, "-", up2)));
   for (int k : ks) {
     for (const char* pool : {"mean", "first"})
       fmt::print("| K={} {}, uptrained | {} | {} | {} | {} |\n", k,

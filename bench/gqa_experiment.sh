@@ -3,7 +3,7 @@
 # heads): a multi-head model per seed; `tformer convert` to K = 4, 2, 1 key/value heads by
 # mean-pooling and by first head; each converted model evaluated as it is and after uptraining for
 # 5% and 10% of the original steps (`train --init-from`: fresh AdamW, warmup a tenth of the steps,
-# cosine to --min-lr); and GQA models of the same K trained from scratch for the original's steps
+# cosine to --min-lr); the original trained on the same way without conversion; and GQA models of the same K trained from scratch for the original's steps
 # plus the uptraining steps. Every model is scored by `tformer eval` on the same held-out text (the
 # last tenth of the corpus, which training never sees). Results: one TSV line per model in
 # $OUT/results.tsv (seed, row, kv_heads, pool, steps, val_loss); rows already there are skipped,
@@ -55,6 +55,14 @@ for s in $seeds; do
     train "$mha" --config "$out/mha.json" --steps "$steps" --seed "$s"
     score "$s" mha 8 - "$steps" "$mha/model.safetensors"
   fi
+  # The original trained on the same way, unconverted: how much of the uptraining's gain is the
+  # extra training alone.
+  for u in $up1 $up2; do
+    done_row "$s" continued 8 - "$u" && continue
+    train "$out/cont-s$s-$u" --init-from "$mha/model.safetensors" --steps "$u" --warmup $((u / 10)) --lr "$uplr" \
+      --seed "$s"
+    score "$s" continued 8 - "$u" "$out/cont-s$s-$u/model.safetensors"
+  done
   for k in 4 2 1; do
     for pool in mean first; do
       conv="$out/conv-s$s-k$k-$pool.safetensors"
