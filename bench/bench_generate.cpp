@@ -153,6 +153,7 @@ void run_shape(const BenchShape& sh, int reps, double bandwidth, double sgemm) {
 
 void run_gqa_context(const BenchShape& sh, int reps, double bandwidth, int64_t long_context) {
   const int64_t steps = 8;
+  double mha_long = 0;  // the multi-head model's speed at the long length
   for (int64_t kv : {sh.heads, int64_t{4}, int64_t{2}, int64_t{1}}) {
     auto j = nlohmann::json{{"vocab_size", sh.vocab}, {"context_length", long_context + steps + 1},
                             {"d_model", sh.dim},      {"n_layers", sh.layers},
@@ -184,12 +185,15 @@ void run_gqa_context(const BenchShape& sh, int reps, double bandwidth, int64_t l
       }
       const double t = median(tps);
       if (at == 128) short_tps = t;
+      if (at != 128 && kv == sh.heads) mha_long = t;
       const double bound = bandwidth * 1e9 / (weight_bytes + static_cast<double>(kv_bytes));
       fmt::print(
           "{:>5} kv heads {:2}  decode after {:6} tokens: {:7.2f} tok/s  KV cache {:7.1f} MB ({} B/token)  "
           "bound {:6.2f} tok/s ({:.0f}%){}\n",
           sh.name, kv, at, t, static_cast<double>(kv_bytes) * 1e-6, 2 * sh.layers * kv * (sh.dim / sh.heads) * 4, bound,
-          100 * t / bound, at == 128 ? "" : fmt::format("  = x{:.2f} of its own speed at 128", t / short_tps));
+          100 * t / bound,
+          at == 128 ? ""
+                    : fmt::format("  = x{:.2f} its speed at 128, x{:.2f} MHA's here", t / short_tps, t / mha_long));
     }
   }
 }

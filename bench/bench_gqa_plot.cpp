@@ -1,12 +1,13 @@
 // The GQA experiment's picture and table (docs/gqa.md) from bench/gqa_experiment.sh's results.tsv:
-// validation loss against the training steps after the multi-head original's, per key/value head
-// count K, for mean-pooled and first-head conversions uptrained, with GQA models trained from
-// scratch for the same total steps as markers, the original as a line, and the original trained on
-// for the same steps without conversion. Prints the markdown
-// table: mean over seeds, the spread (largest minus smallest), and the KV cache bytes per token
-// (2 x layers x K x head_dim x 4, the spec's formula for float32).
+// validation loss against the steps trained after the multi-head original, per key/value head
+// count K, for mean-pooled and first-head conversions uptrained; GQA and multi-head models trained
+// from scratch for the same total steps as markers; the original as a line, and the original
+// trained on for the same steps without conversion. Prints the markdown table: mean over seeds,
+// the spread (largest minus smallest), and the KV cache bytes per token (2 x layers x K x head_dim
+// x 4, the spec's formula for float32).
 //
 //   build/bench/bench_gqa_plot runs/gqa/results.tsv docs/images/gqa.png [--layers 4 --head-dim 16]
+// writes docs/images/gqa.png and, from the first uptraining point on, docs/images/gqa-uptrained.png.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -90,6 +91,10 @@ int main(int argc, char** argv) {
     for (int u : {up1, up2})
       if (const Stats* c = get("continued", 8, "-", u)) cont.points.emplace_back(u, c->mean);
     if (cont.points.size() > 1) series.push_back(std::move(cont));
+    tformer::PlotSeries scratch{"MHA from scratch", {90, 90, 90}, {}, false, false};
+    for (int u : {up1, up2})
+      if (const Stats* c = get("scratch", 8, "-", max_steps + u)) scratch.points.emplace_back(u + 3, c->mean);
+    if (!scratch.points.empty()) series.push_back(std::move(scratch));
   }
   const int ks[3] = {4, 2, 1};
   for (int i = 0; i < 3; ++i) {
@@ -106,14 +111,28 @@ int main(int argc, char** argv) {
         if (const Stats* c = get("uptrained", k, pool, u)) s.points.emplace_back(u, c->mean);
       if (!s.points.empty()) series.push_back(std::move(s));
     }
+    // Moved apart by a few steps (K=4 left, K=1 right, MHA rightmost) so that none hides another.
     tformer::PlotSeries scratch{fmt::format("K={} from scratch", k), dark[i], {}, false, false};
     for (int u : {up1, up2})
-      if (const Stats* c = get("scratch", k, "-", max_steps + u)) scratch.points.emplace_back(u, c->mean);
+      if (const Stats* c = get("scratch", k, "-", max_steps + u)) scratch.points.emplace_back(u + 2 * i - 3, c->mean);
     if (!scratch.points.empty()) series.push_back(std::move(scratch));
   }
-  tformer::write_png_rgb(
-      argv[2], 900, 560,
-      tformer::render_series(series, 900, 560, "steps trained after the multi-head original", "val loss"));
+  const char* x_title = "steps trained after the multi-head original";
+  tformer::write_png_rgb(argv[2], 900, 560, tformer::render_series(series, 900, 560, x_title, "val loss"));
+  // The same from the first uptraining point on, where the rows lie close together: OUT-uptrained.png.
+  std::vector<tformer::PlotSeries> zoom;
+  for (const auto& c : series) {
+    tformer::PlotSeries z = c;
+    z.points.clear();
+    for (const auto& p : c.points)
+      if (p.first >= up1 - 5) z.points.push_back(p);  // the moved-apart markers too
+    if (c.name.starts_with("MHA, 8")) z.points = {{up1, c.points.front().second}, {up2, c.points.front().second}};
+    if (!z.points.empty()) zoom.push_back(std::move(z));
+  }
+  std::string zoom_path = argv[2];
+  if (zoom_path.ends_with(".png")) zoom_path.resize(zoom_path.size() - 4);
+  zoom_path += "-uptrained.png";
+  tformer::write_png_rgb(zoom_path, 900, 560, tformer::render_series(zoom, 900, 560, x_title, "val loss"));
 
   // The table.
   const auto kv_bytes = [&](int k) { return 2 * layers * k * head_dim * 4; };
@@ -127,6 +146,8 @@ int main(int argc, char** argv) {
              cell(get("mha", 8, "-", max_steps)));
   fmt::print("| MHA trained on the same way (no conversion) | {} | | {} | {} |\n", kv_bytes(8),
              cell(get("continued", 8, "-", up1)), cell(get("continued", 8, "-", up2)));
+  fmt::print("| MHA from scratch ({} + extra steps) | {} | | {} | {} |\n", max_steps, kv_bytes(8),
+             cell(get("scratch", 8, "-", max_steps + up1)), cell(get("scratch", 8, "-", max_steps + up2)));
   for (int k : ks) {
     for (const char* pool : {"mean", "first"})
       fmt::print("| K={} {}, uptrained | {} | {} | {} | {} |\n", k,

@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # The GQA experiment of docs/gqa.md (Ainslie et al. 2023 on nanoGPT's Shakespeare recipe with 8
-# heads): a multi-head model per seed; `tformer convert` to K = 4, 2, 1 key/value heads by
-# mean-pooling and by first head; each converted model evaluated as it is and after uptraining for
-# 5% and 10% of the original steps (`train --init-from`: fresh AdamW, warmup a tenth of the steps,
-# cosine to --min-lr); the original trained on the same way without conversion; and GQA models of the same K trained from scratch for the original's steps
-# plus the uptraining steps. Every model is scored by `tformer eval` on the same held-out text (the
-# last tenth of the corpus, which training never sees). Results: one TSV line per model in
-# $OUT/results.tsv (seed, row, kv_heads, pool, steps, val_loss); rows already there are skipped,
-# so the script resumes.
+# heads). Per seed: the multi-head original; `tformer convert` to K = 4, 2, 1 key/value heads by
+# mean-pooling and by first head; each converted model scored as it is and after uptraining for 5%
+# and 10% of the original steps (`train --init-from`: fresh AdamW, warmup a tenth of the steps,
+# cosine from --uptrain-lr to 1e-4); the original trained on the same way without conversion.
+# Then GQA models of the same K, and the multi-head model too, trained from scratch for the
+# original's steps plus the uptraining steps. Every model is scored by `tformer eval` on the same
+# held-out text (the last tenth of the corpus, which training never sees). Results: one TSV line
+# per model in $OUT/results.tsv (seed, row, kv_heads, pool, steps, val_loss); rows already there
+# are skipped, so the script resumes. Uptraining runs use the seed of their original, so their
+# batches are the first ones the original saw (no held-out text is involved).
 #
 #   bash bench/gqa_experiment.sh [--seeds "1337 1 2"] [--steps 2000] [--out runs/gqa] [--threads 2]
+#   build/bench/bench_gqa_plot runs/gqa/results.tsv docs/images/gqa.png   # the picture and table
 set -euo pipefail
 seeds="1337 1 2"; steps=2000; out=runs/gqa; threads=2; uplr=3e-4
 while [[ $# -gt 0 ]]; do
@@ -59,7 +62,7 @@ for s in $seeds; do
   # extra training alone.
   for u in $up1 $up2; do
     done_row "$s" continued 8 - "$u" && continue
-    train "$out/cont-s$s-$u" --init-from "$mha/model.safetensors" --steps "$u" --warmup $((u / 10)) --lr "$uplr" \
+    train "$out/cont-s$s-$u" --init-from "$mha/model.safetensors" --steps "$u" --warmup $((u / 10)) --lr "$uplr" --min-lr 1e-4 \
       --seed "$s"
     score "$s" continued 8 - "$u" "$out/cont-s$s-$u/model.safetensors"
   done
@@ -70,7 +73,7 @@ for s in $seeds; do
       done_row "$s" converted "$k" "$pool" 0 || score "$s" converted "$k" "$pool" 0 "$conv"
       for u in $up1 $up2; do
         done_row "$s" uptrained "$k" "$pool" "$u" && continue
-        train "$out/up-s$s-k$k-$pool-$u" --init-from "$conv" --steps "$u" --warmup $((u / 10)) --lr "$uplr" \
+        train "$out/up-s$s-k$k-$pool-$u" --init-from "$conv" --steps "$u" --warmup $((u / 10)) --lr "$uplr" --min-lr 1e-4 \
           --seed "$s"
         score "$s" uptrained "$k" "$pool" "$u" "$out/up-s$s-k$k-$pool-$u/model.safetensors"
       done
@@ -81,7 +84,7 @@ done
 # comparison for the 10% rows).
 for total in $((steps + up2)) $((steps + up1)); do
   for s in $seeds; do
-    for k in 4 2 1; do
+    for k in 4 2 1 8; do  # 8: the multi-head model itself for the same steps, the fair yardstick
       done_row "$s" scratch "$k" - "$total" && continue
       cfg "$k" > "$out/gqa-k$k.json"
       train "$out/scratch-s$s-k$k-$total" --config "$out/gqa-k$k.json" --steps "$total" --seed "$s"

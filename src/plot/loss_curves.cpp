@@ -272,6 +272,11 @@ std::vector<uint8_t> render_series(const std::vector<PlotSeries>& series, int wi
   if (x_hi - x_lo < 1e-9) {
     x_lo -= 1;
     x_hi += 1;
+  } else if (std::any_of(series.begin(), series.end(), [](const PlotSeries& s) { return !s.line; })) {
+    // Markers alone are squares: keep the ones at the ends off the frame.
+    const double pad = 0.03 * (x_hi - x_lo);
+    x_lo -= pad;
+    x_hi += pad;
   }
   if (y_hi - y_lo < 1e-12 * std::max(1.0, std::abs(y_hi))) {
     const double d = std::max(std::abs(y_hi) * 0.05, 0.05);
