@@ -8,11 +8,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <vector>
 
 #include "core/file_io.h"
+#include "io/safetensors.h"
 #include "model/hf_import.h"
 #include "test_util.h"
 #include "tokenizer/sentencepiece.h"
@@ -202,6 +204,43 @@ TEST_F(HfBroken, MissingAndMisshapenPiecesAreNamed) {
     tj["normalizer"] = {{"type", "NFC"}};
     write_file_atomic((fs::path(d) / "tokenizer.json").string(), tj.dump());
     EXPECT_ERROR(import_hf(d), ErrorKind::Unsupported, "normalizer", "NFC");
+  }
+  {
+    // A tied GPT-2 that still stores lm_head.weight (older checkpoints do): it must be wte.
+    const std::string d = copy("gpt2_tiny");
+    const std::string st = (fs::path(d) / "model.safetensors").string();
+    const SafetensorsFile f = SafetensorsFile::open(st);
+    std::vector<std::vector<float>> data;
+    std::vector<TensorToWrite> tensors;
+    data.reserve(f.tensors().size() + 1);  // no reallocation: tensors point into data
+    size_t head = 0;
+    for (const auto& t : f.tensors()) {
+      int64_t n = 1;
+      for (int64_t x : t.shape) n *= x;
+      data.emplace_back(static_cast<size_t>(n));
+      f.read_f32(t.name, data.back().data(), n);
+      tensors.push_back({t.name, t.shape, data.back().data()});
+      if (t.name == "transformer.wte.weight") {
+        data.push_back(data.back());
+        head = data.size() - 1;
+        tensors.push_back({"lm_head.weight", t.shape, data.back().data()});
+      }
+    }
+    write_safetensors(st, tensors, f.metadata());
+    EXPECT_NO_THROW(import_hf(d));  // the same values: fine
+    ASSERT_GT(head, 0u);
+    data[head][7] += 0.5f;
+    write_safetensors(st, tensors, f.metadata());
+    EXPECT_ERROR(import_hf(d), ErrorKind::BadFile, "lm_head.weight", "differs from transformer.wte.weight");
+  }
+  {
+    // Weights that would not fit are refused before anything is allocated, naming both sizes.
+    ASSERT_EQ(setenv("TFORMER_MEMORY_LIMIT", "4096", 1), 0);
+    const Error e = test::error_of([&] { import_hf(std::string(kDir) + "/llama_tiny"); });
+    unsetenv("TFORMER_MEMORY_LIMIT");
+    EXPECT_EQ(e.kind(), ErrorKind::BadFile);
+    EXPECT_NE(std::string(e.what()).find("4096 bytes of memory"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("llama_tiny"), std::string::npos) << e.what();
   }
   const std::string nowhere = (tmp_.path() / "nowhere").string();
   EXPECT_ERROR(import_hf(nowhere), ErrorKind::BadFile, nowhere, "not a folder");

@@ -277,6 +277,19 @@ std::string read_chat_template(const fs::path& dir) {
 
 }  // namespace
 
+namespace {
+
+// A tied model may still store lm_head.weight (older checkpoints do): it must then be the embedding.
+void check_tied_head(HfWeights& w, const std::string& embedding, int64_t vocab, int64_t d, const std::string& dir) {
+  if (!w.has("lm_head.weight")) return;
+  if (w.read("lm_head.weight", {vocab, d}) != w.read(embedding, {vocab, d}))
+    fail_file("lm_head.weight",
+              "{}: tie_word_embeddings is true but lm_head.weight differs from {}: the head is not the embedding", dir,
+              embedding);
+}
+
+}  // namespace
+
 HfModel import_hf(const std::string& dir_name) {
   const fs::path dir(dir_name);
   if (!fs::is_directory(dir)) fail_file(dir_name, "{}: not a folder", dir_name);
@@ -396,7 +409,7 @@ HfModel import_hf(const std::string& dir_name) {
     put("norm.weight", w.read(p + "ln_f.weight", {d}));
     put("norm.bias", w.read(p + "ln_f.bias", {d}));
     if (c.tied_embeddings) {
-      w.skip("lm_head.weight");  // the same tensor as wte when saved at all
+      check_tied_head(w, p + "wte.weight", c.vocab_size, d, dir_name);  // the same tensor as wte when saved at all
     } else {
       put("output.weight", w.read("lm_head.weight", {c.vocab_size, d}));
     }
@@ -420,7 +433,7 @@ HfModel import_hf(const std::string& dir_name) {
     }
     put("norm.weight", w.read("model.norm.weight", {d}));
     if (c.tied_embeddings)
-      w.skip("lm_head.weight");
+      check_tied_head(w, "model.embed_tokens.weight", c.vocab_size, d, dir_name);
     else
       put("output.weight", w.read("lm_head.weight", {c.vocab_size, d}));
   }
