@@ -11,6 +11,7 @@ all: build
 deps:
 	@bash scripts/install-deps.sh
 	@bash scripts/fetch-gpt2-vocab.sh
+	@bash scripts/fetch-tiktoken-vocab.sh
 
 configure: deps
 	@cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) > /dev/null

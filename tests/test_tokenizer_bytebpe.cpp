@@ -100,12 +100,31 @@ TEST(ByteBpeWorked, ScanAndHeapAgreeOnRandomPieces) {
 
 TEST(ByteBpeWorked, ConstructorRejectsBadVocabularies) {
   auto bytes = identity_bytes();
-  // A part not yet a token, the same result twice, a gap before a special token, byte 0 twice.
+  // A part not yet a token, the same result twice, a special token on a merge's id, two special
+  // tokens on one id, a gap past any use, byte 0 twice.
   EXPECT_ERROR(ByteBpeTokenizer(bytes, {{97, 300}}, {}), ErrorKind::BadInput, "merge 0");
   EXPECT_ERROR(ByteBpeTokenizer(bytes, {{97, 98}, {97, 98}}, {}), ErrorKind::BadInput, "merge 1");
-  EXPECT_ERROR(ByteBpeTokenizer(bytes, {{97, 98}}, {{"<|x|>", 300}}), ErrorKind::BadInput, "<|x|>");
+  EXPECT_ERROR(ByteBpeTokenizer(bytes, {{97, 98}}, {{"<|x|>", 256}}), ErrorKind::BadInput, "<|x|>");
+  EXPECT_ERROR(ByteBpeTokenizer(bytes, {{97, 98}}, {{"<|x|>", 260}, {"<|y|>", 260}}), ErrorKind::BadInput, "<|y|>",
+               "id 260");
+  EXPECT_ERROR(ByteBpeTokenizer(bytes, {}, {{"<|x|>", 1 << 24}}), ErrorKind::BadInput, "special_tokens", "gap");
   bytes[1] = 0;
   EXPECT_ERROR(ByteBpeTokenizer(bytes, {}, {}), ErrorKind::BadInput, "byte 0x00");
+}
+
+TEST(ByteBpeWorked, SpecialTokensMayLeaveGapsThatAreNoTokens) {
+  // tiktoken's cl100k_base numbers its special tokens 100257-100260 and 100276: the ids between
+  // are no tokens. Here: merges make 256, specials 258 and 261.
+  const ByteBpeTokenizer tok(identity_bytes(), {{97, 98}}, {{"<|a|>", 258}, {"<|b|>", 261}});
+  EXPECT_EQ(tok.vocab_size(), 262);
+  EXPECT_EQ(tok.encode("ab<|b|>", true), (std::vector<TokenId>{256, 261}));
+  EXPECT_EQ(tok.decode(std::vector<TokenId>{258, 256}), "<|a|>ab");
+  for (TokenId gap : {257, 259, 260})
+    EXPECT_ERROR(tok.decode(std::vector<TokenId>{gap}), ErrorKind::BadInput, "token id " + std::to_string(gap),
+                 "not a token (a gap among the special tokens)");
+  EXPECT_ERROR(tok.decode(std::vector<TokenId>{262}), ErrorKind::BadInput, "token id 262", "outside the vocabulary");
+  // The JSON form keeps them.
+  EXPECT_EQ(ByteBpeTokenizer::from_json(tok.to_json()).to_json(), tok.to_json());
 }
 
 // ---------------------------------------------------------------------------------------------

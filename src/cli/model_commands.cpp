@@ -110,7 +110,8 @@ void register_model_commands(CLI::App& app) {
   ic->add_option("--out", init->out, "Output model file (.safetensors)")->required();
   ic->add_option("--seed", init->seed, "Initialisation seed")->capture_default_str();
   ic->add_option("--tokenizer", init->tokenizer,
-                 "char | gpt2 | bpe:CODES | byte-bpe:VOCAB | tokenizer JSON | model .safetensors (default: none; "
+                 "char | gpt2 | cl100k_base | o200k_base | bpe:CODES | byte-bpe:VOCAB | tokenizer JSON | model "
+                 ".safetensors (default: none; "
                  "the config's vocab_size, and the file carries no tokenizer)");
   ic->add_option("--gpt2-dir", init->gpt2_dir, "Folder with GPT-2's encoder.json and vocab.bpe");
   ic->callback([init] { run_init(*init); });

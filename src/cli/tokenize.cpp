@@ -84,8 +84,10 @@ void register_tokenize(CLI::App& app) {
   auto opt = std::make_shared<Options>();
 
   auto* tok = app.add_subcommand("tokenize", "Print the token ids of a text, on one line");
-  tok->add_option("--tokenizer", opt->tokenizer,
-                  "gpt2, char, bpe:CODES, byte-bpe:VOCAB, a saved tokenizer JSON file, or a model .safetensors")
+  tok->add_option(
+         "--tokenizer", opt->tokenizer,
+         "gpt2, cl100k_base, o200k_base, char, bpe:CODES, byte-bpe:VOCAB, spm:MODEL, a saved tokenizer JSON file, or a "
+         "model .safetensors / .gguf")
       ->required();
   auto* text_opt = tok->add_option("--text", opt->text, "The text to encode");
   auto* input_opt = tok->add_option("--input", opt->input, "A file to encode as raw bytes ('-': standard input)");
@@ -110,7 +112,9 @@ void register_tokenize(CLI::App& app) {
   auto* detok = app.add_subcommand("detokenize", "Write the text of token ids, as raw bytes");
   detok
       ->add_option("--tokenizer", opt->tokenizer,
-                   "gpt2, char, bpe:CODES, byte-bpe:VOCAB, a saved tokenizer JSON file, or a model .safetensors")
+                   "gpt2, cl100k_base, o200k_base, char, bpe:CODES, byte-bpe:VOCAB, spm:MODEL, a saved tokenizer JSON "
+                   "file, or a "
+                   "model .safetensors / .gguf")
       ->required();
   auto* ids_opt = detok->add_option("--ids", opt->ids, "Token ids separated by spaces");
   auto* ids_input = detok->add_option("--input", opt->input, "A file of token ids ('-': standard input)");

@@ -24,7 +24,8 @@ void register_train(CLI::App& app) {
       ->capture_default_str()
       ->excludes(val_data);
   c->add_option("--tokenizer", o.tokenizer,
-                "char (the data's own bytes) | bpe:CODES | byte-bpe:VOCAB | gpt2 | tokenizer JSON | model .safetensors")
+                "char (the data's own bytes) | bpe:CODES | byte-bpe:VOCAB | gpt2 | cl100k_base | o200k_base | "
+                "tokenizer JSON | model .safetensors")
       ->capture_default_str();
   c->add_option("--config", o.config, "Model config JSON (docs/checkpoint-format.md; vocab_size from the tokenizer)");
   c->add_option("--init-from", o.init_from,

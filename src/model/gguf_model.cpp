@@ -180,6 +180,9 @@ void add_tokenizer_metadata(Metadata& md, const Tokenizer& tok) {
   const std::string kind = tok.kind();
   if (kind == "byte-bpe") {
     const auto& bpe = dynamic_cast<const ByteBpeTokenizer&>(tok);
+    if (bpe.pattern() != ByteBpeTokenizer::Pattern::Gpt2 && bpe.pattern() != ByteBpeTokenizer::Pattern::LlamaCppDefault)
+      fail_unsupported("tokenizer", "the byte-level BPE pre-tokenizer '{}' has no GGUF mapping in tformer yet",
+                       ByteBpeTokenizer::pattern_name(bpe.pattern()));
     const auto specials = bpe.special_tokens();
     std::map<TokenId, std::string> special_of_id;
     for (const auto& [text, id] : specials) special_of_id[id] = text;

@@ -1,6 +1,7 @@
 // The byte-level BPE vocabulary: 256 byte tokens, one token per merge, the special tokens, and the
 // merge tables built from them (byte_bpe_tables.h). The byte alphabet: byte_bpe_alphabet.cpp;
 // encoding: byte_bpe_encode.cpp; the files: byte_bpe_files.cpp.
+#include <algorithm>
 #include <climits>
 #include <map>
 #include <memory>
@@ -59,12 +60,20 @@ ByteBpeTokenizer::ByteBpeTokenizer(const std::array<unsigned char, 256>& byte_of
                  id - 256, spelled(tokens_[id]), it->second);
   }
   tables_->piece.build(tokens_, n_ordinary);
-  tokens_.resize(n_ordinary + specials_.size());
+  // Special tokens after the merges' ids, one id each; there may be gaps between them (tiktoken's
+  // cl100k_base has 100257-100260 and 100276): a gap is an id that is no token.
+  TokenId last = static_cast<TokenId>(n_ordinary) - 1;
+  for (const auto& [text, id] : specials_) last = std::max(last, id);
+  const auto limit = static_cast<TokenId>(n_ordinary + specials_.size() + (1 << 20));
+  if (last >= limit)
+    fail_input("special_tokens", "byte-bpe: special token id {} leaves too large a gap after the merges (ids from {})",
+               last, n_ordinary);
+  tokens_.resize(static_cast<size_t>(last) + 1);
   for (const auto& [text, id] : specials_) {
     if (text.empty()) fail_input("special_tokens", "byte-bpe: a special token has empty text");
-    if (id < static_cast<TokenId>(n_ordinary) || static_cast<size_t>(id) >= tokens_.size() || !tokens_[id].empty())
-      fail_input(text, "byte-bpe: special token '{}' has id {}; special tokens take ids {}..{}, one each", text, id,
-                 n_ordinary, tokens_.size() - 1);
+    if (id < static_cast<TokenId>(n_ordinary) || !tokens_[id].empty())
+      fail_input(text, "byte-bpe: special token '{}' has id {}; special tokens take ids from {}, one each", text, id,
+                 n_ordinary);
     tokens_[id] = text;
   }
   std::vector<std::pair<uint64_t, TokenId>> pairs;
@@ -82,8 +91,10 @@ ByteBpeTokenizer::ByteBpeTokenizer(const std::array<unsigned char, 256>& byte_of
 }
 
 const std::string& ByteBpeTokenizer::token_bytes(TokenId id) const {
-  if (id < 0 || static_cast<size_t>(id) >= tokens_.size()) [[unlikely]]
-    fail_input(fmt::format("token id {}", id), "byte-bpe: token id {} is outside the vocabulary (ids 0..{})", id,
+  if (id < 0 || static_cast<size_t>(id) >= tokens_.size() || tokens_[static_cast<size_t>(id)].empty()) [[unlikely]]
+    fail_input(fmt::format("token id {}", id), "byte-bpe: token id {} is {} (ids 0..{})", id,
+               id < 0 || static_cast<size_t>(id) >= tokens_.size() ? "outside the vocabulary"
+                                                                   : "not a token (a gap among the special tokens)",
                static_cast<int64_t>(tokens_.size()) - 1);
   return tokens_[static_cast<size_t>(id)];
 }

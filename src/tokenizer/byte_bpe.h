@@ -69,7 +69,12 @@ std::string gpt2_bytes_to_unicode(std::string_view bytes);
 class ByteBpeTokenizer : public Tokenizer {
  public:
   using Merge = std::pair<TokenId, TokenId>;
-  enum class Pattern { Gpt2, LlamaCppDefault };  // the pre-tokenizer of step 2
+  // The pre-tokenizer of step 2: GPT-2's pattern, llama.cpp's default chain, tiktoken's
+  // cl100k_base or o200k_base pattern (gpt2_pretokenize.h). JSON "pattern": "gpt2",
+  // "llama.cpp-default", "cl100k", "o200k".
+  enum class Pattern { Gpt2, LlamaCppDefault, Cl100k, O200k };
+  static const char* pattern_name(Pattern p);
+  static std::optional<Pattern> pattern_of(std::string_view name);
 
   // byte_of_id[i]: the byte of id i (a permutation of 0..255); merges[i] makes id 256 + i from two
   // earlier ids; specials: text -> id, ids 256 + merges.size() onwards, no gaps. Throws Error when
@@ -89,6 +94,14 @@ class ByteBpeTokenizer : public Tokenizer {
   // dir/encoder.json and dir/vocab.bpe.
   static ByteBpeTokenizer load_gpt2_dir(const std::string& dir);
   static ByteBpeTokenizer from_json(const nlohmann::json& j);
+  // A tiktoken encoder file as the npm package tiktoken ships it (encoders/cl100k_base.json,
+  // o200k_base.json: {"pat_str", "special_tokens", "bpe_ranks"}). bpe_ranks is "! OFFSET" followed
+  // by base64 tokens of consecutive ranks (possibly several such runs). The ranks must run 0..n-1
+  // with the 256 single bytes first; every larger token must be what tiktoken's BPE over its own
+  // bytes with lower ranks makes of it in one last merge of two tokens, which gives the merge list
+  // (true of cl100k_base and o200k_base: checked here, token by token). pat_str must be one of the
+  // patterns tformer computes (cl100k_base's, o200k_base's). Errors name `path` and the field.
+  static ByteBpeTokenizer from_tiktoken(const nlohmann::json& j, const std::string& path);
   // Writes the vocabulary in GPT-2's form (encoder.json in id order, vocab.bpe); load_gpt2 reads
   // it back to the same tokenizer.
   void save_gpt2(const std::string& encoder_path, const std::string& vocab_path) const;

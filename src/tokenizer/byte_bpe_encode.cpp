@@ -192,10 +192,20 @@ void ByteBpeTokenizer::encode_chunk(std::string_view text, Cache& cache, std::ve
     out.insert(out.end(), parts.begin(), parts.end());
     if (cacheable) cache.insert(piece, hash, parts.data(), parts.size());
   };
-  if (pattern_ == Pattern::Gpt2)
-    Gpt2PreTokenizer::instance().for_each_piece(text, each);
-  else
-    LlamaCppDefaultPreTokenizer::instance().for_each_piece(text, each);
+  switch (pattern_) {
+    case Pattern::Gpt2:
+      Gpt2PreTokenizer::instance().for_each_piece(text, each);
+      break;
+    case Pattern::Cl100k:
+      Gpt2PreTokenizer::cl100k().for_each_piece(text, each);
+      break;
+    case Pattern::O200k:
+      Gpt2PreTokenizer::o200k().for_each_piece(text, each);
+      break;
+    case Pattern::LlamaCppDefault:
+      LlamaCppDefaultPreTokenizer::instance().for_each_piece(text, each);
+      break;
+  }
 }
 
 // A cut at p is safe when text[p-1] is '\n' and text[p-2], text[p] are printable ASCII other than

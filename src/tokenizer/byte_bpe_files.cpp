@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "tokenizer/byte_bpe.h"
+#include "tokenizer/sentencepiece.h"
 
 namespace tformer {
 namespace {
@@ -156,11 +157,135 @@ void ByteBpeTokenizer::save_gpt2(const std::string& encoder_path, const std::str
   write_file_atomic(vocab_path, vocab);
 }
 
+namespace {
+
+// tiktoken's pat_str of each encoding tformer computes, as its encoder files hold them.
+constexpr const char* kTiktokenCl100k =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+constexpr const char* kTiktokenO200k =
+    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
+}  // namespace
+
+ByteBpeTokenizer ByteBpeTokenizer::from_tiktoken(const nlohmann::json& j, const std::string& path) {
+  if (!j.is_object() || !j.contains("pat_str") || !j["pat_str"].is_string() || !j.contains("bpe_ranks") ||
+      !j["bpe_ranks"].is_string())
+    fail_file(path, "{}: not a tiktoken encoder file (expected \"pat_str\", \"special_tokens\", \"bpe_ranks\")", path);
+  const std::string pat = j["pat_str"].get<std::string>();
+  Pattern pattern = Pattern::Cl100k;
+  if (pat == kTiktokenO200k)
+    pattern = Pattern::O200k;
+  else if (pat != kTiktokenCl100k)
+    fail_unsupported("pat_str", "{}: pat_str is not cl100k_base's or o200k_base's pattern: tformer computes those",
+                     path);
+  // The tokens by rank.
+  std::vector<std::string> by_rank;
+  const std::string& text = j["bpe_ranks"].get_ref<const std::string&>();
+  size_t at = 0;
+  auto next_word = [&]() -> std::string_view {
+    while (at < text.size() && text[at] == ' ') ++at;
+    const size_t start = at;
+    while (at < text.size() && text[at] != ' ') ++at;
+    return std::string_view(text).substr(start, at - start);
+  };
+  for (std::string_view w = next_word(); !w.empty(); w = next_word()) {
+    if (w == "!") {
+      const std::string_view off = next_word();
+      if (off != std::to_string(by_rank.size()))
+        fail_file("bpe_ranks", "{}: bpe_ranks: a run starts at rank {}, expected {} (ranks must be 0..n-1)", path, off,
+                  by_rank.size());
+      continue;
+    }
+    by_rank.push_back(base64_decode(w, "bpe_ranks"));
+    if (by_rank.back().empty()) fail_file("bpe_ranks", "{}: bpe_ranks: rank {} is empty", path, by_rank.size() - 1);
+  }
+  if (by_rank.size() < 256) fail_file("bpe_ranks", "{}: bpe_ranks has {} tokens, fewer than 256", path, by_rank.size());
+  std::array<unsigned char, 256> byte_of_id{};
+  for (size_t r = 0; r < 256; ++r) {
+    if (by_rank[r].size() != 1)
+      fail_unsupported("bpe_ranks", "{}: rank {} is not a single byte: tformer needs the 256 bytes first", path, r);
+    byte_of_id[r] = static_cast<unsigned char>(by_rank[r][0]);
+  }
+  std::unordered_map<std::string_view, TokenId> rank_of;
+  rank_of.reserve(by_rank.size());
+  for (size_t r = 0; r < by_rank.size(); ++r)
+    if (!rank_of.emplace(by_rank[r], static_cast<TokenId>(r)).second)
+      fail_file("bpe_ranks", "{}: bpe_ranks: rank {} repeats the token of rank {}", path, r, rank_of[by_rank[r]]);
+  // Each larger token: tiktoken's merging (lowest-ranked concatenation first, leftmost on a tie)
+  // over its bytes with ranks below its own must end in two parts, its merge.
+  std::vector<Merge> merges;
+  merges.reserve(by_rank.size() - 256);
+  std::vector<std::string_view> parts;
+  for (size_t r = 256; r < by_rank.size(); ++r) {
+    const std::string_view t = by_rank[r];
+    parts.clear();
+    for (size_t i = 0; i < t.size(); ++i) parts.push_back(t.substr(i, 1));
+    while (parts.size() > 2) {
+      TokenId best = -1;
+      size_t where = 0;
+      for (size_t i = 0; i + 1 < parts.size(); ++i) {
+        const std::string_view both(parts[i].data(), parts[i].size() + parts[i + 1].size());
+        const auto it = rank_of.find(both);
+        if (it != rank_of.end() && it->second < static_cast<TokenId>(r) && (best < 0 || it->second < best)) {
+          best = it->second;
+          where = i;
+        }
+      }
+      if (best < 0) break;
+      parts[where] = std::string_view(parts[where].data(), parts[where].size() + parts[where + 1].size());
+      parts.erase(parts.begin() + static_cast<std::ptrdiff_t>(where) + 1);
+    }
+    const auto a = parts.size() == 2 ? rank_of.find(parts[0]) : rank_of.end();
+    const auto b = parts.size() == 2 ? rank_of.find(parts[1]) : rank_of.end();
+    if (a == rank_of.end() || b == rank_of.end() || a->second >= static_cast<TokenId>(r) ||
+        b->second >= static_cast<TokenId>(r))
+      fail_unsupported("bpe_ranks", "{}: rank {} is not one merge of two lower-ranked tokens", path, r);
+    merges.emplace_back(a->second, b->second);
+  }
+  std::map<std::string, TokenId> specials;
+  if (j.contains("special_tokens")) {
+    if (!j["special_tokens"].is_object()) fail_file("special_tokens", "{}: special_tokens is not an object", path);
+    for (const auto& [name, id] : j["special_tokens"].items()) {
+      if (!id.is_number_integer())
+        fail_file("special_tokens", "{}: special token '{}' has id {}, not an integer", path, name, id.dump());
+      specials.emplace(name, id.get<TokenId>());
+    }
+  }
+  try {
+    ByteBpeTokenizer tok(byte_of_id, std::move(merges), std::move(specials));
+    tok.set_pattern(pattern);
+    return tok;
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::BadInput) throw;
+    fail_file(e.field(), "{}: {}", path, e.what());
+  }
+}
+
+const char* ByteBpeTokenizer::pattern_name(Pattern p) {
+  switch (p) {
+    case Pattern::Gpt2:
+      return "gpt2";
+    case Pattern::LlamaCppDefault:
+      return "llama.cpp-default";
+    case Pattern::Cl100k:
+      return "cl100k";
+    case Pattern::O200k:
+      return "o200k";
+  }
+  return "gpt2";
+}
+
+std::optional<ByteBpeTokenizer::Pattern> ByteBpeTokenizer::pattern_of(std::string_view name) {
+  for (Pattern p : {Pattern::Gpt2, Pattern::LlamaCppDefault, Pattern::Cl100k, Pattern::O200k})
+    if (name == pattern_name(p)) return p;
+  return std::nullopt;
+}
+
 nlohmann::json ByteBpeTokenizer::to_json() const {
   nlohmann::json j;
   j["kind"] = "byte-bpe";
   j["version"] = 1;
-  j["pattern"] = pattern_ == Pattern::Gpt2 ? "gpt2" : "llama.cpp-default";
+  j["pattern"] = pattern_name(pattern_);
   j["bytes"] = byte_of_id_;
   nlohmann::json merges = nlohmann::json::array();
   for (const auto& [left, right] : merges_) merges.push_back({left, right});
@@ -175,8 +300,9 @@ ByteBpeTokenizer ByteBpeTokenizer::from_json(const nlohmann::json& j) {
   if (!j.contains("version") || j["version"] != 1)
     fail_unsupported("version", "byte-bpe JSON: unsupported \"version\" (expected 1)");
   const std::string pattern = j.contains("pattern") && j["pattern"].is_string() ? j["pattern"].get<std::string>() : "";
-  if (pattern != "gpt2" && pattern != "llama.cpp-default")
-    fail_unsupported("pattern", "byte-bpe JSON: unsupported \"pattern\" (expected \"gpt2\" or \"llama.cpp-default\")");
+  if (!pattern_of(pattern))
+    fail_unsupported("pattern", "byte-bpe JSON: unsupported \"pattern\" '{}' (gpt2, llama.cpp-default, cl100k, o200k)",
+                     pattern);
   if (!j.contains("bytes") || !j["bytes"].is_array() || j["bytes"].size() != 256)
     fail_file("bytes", "byte-bpe JSON: \"bytes\" must be an array of 256 byte values");
   std::array<unsigned char, 256> byte_of_id{};
@@ -211,7 +337,7 @@ ByteBpeTokenizer ByteBpeTokenizer::from_json(const nlohmann::json& j) {
   }
   try {
     ByteBpeTokenizer tok(byte_of_id, std::move(merges), std::move(specials));
-    if (pattern == "llama.cpp-default") tok.set_pattern(Pattern::LlamaCppDefault);
+    tok.set_pattern(*pattern_of(pattern));
     return tok;
   } catch (const Error& e) {
     if (e.kind() != ErrorKind::BadInput) throw;

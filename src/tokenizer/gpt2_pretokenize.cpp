@@ -24,6 +24,32 @@ constexpr const char* kPattern =
     "|[" TF_WS "]+(?![^" TF_WS
     "])"
     "|[" TF_WS "]+";
+// tiktoken's cl100k_base and o200k_base patterns (their pat_str, as tiktoken 1.0.22's encoders
+// hold them), with \s and \S spelled out the same way.
+constexpr const char* kCl100kPattern =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)"
+    "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+"
+    "|\\p{N}{1,3}"
+    "| ?[^" TF_WS
+    "\\p{L}\\p{N}]+[\\r\\n]*"
+    "|[" TF_WS
+    "]*[\\r\\n]+"
+    "|[" TF_WS "]+(?![^" TF_WS
+    "])"
+    "|[" TF_WS "]+";
+constexpr const char* kO200kPattern =
+    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+"
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+    "|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*"
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+    "|\\p{N}{1,3}"
+    "| ?[^" TF_WS
+    "\\p{L}\\p{N}]+[\\r\\n/]*"
+    "|[" TF_WS
+    "]*[\\r\\n]+"
+    "|[" TF_WS "]+(?![^" TF_WS
+    "])"
+    "|[" TF_WS "]+";
 #undef TF_WS
 
 pcre2_code* as_code(void* p) { return static_cast<pcre2_code*>(p); }
@@ -64,10 +90,10 @@ std::string pcre2_message(int code) {
 
 }  // namespace
 
-Gpt2PreTokenizer::Gpt2PreTokenizer() {
+Gpt2PreTokenizer::Gpt2PreTokenizer(const char* pattern) {
   int error = 0;
   PCRE2_SIZE offset = 0;
-  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(kPattern), PCRE2_ZERO_TERMINATED,
+  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern), PCRE2_ZERO_TERMINATED,
                                    PCRE2_UTF | PCRE2_UCP | PCRE2_ANCHORED, &error, &offset, nullptr);
   if (!code)
     fail(ErrorKind::Internal, "", "gpt2 pre-tokenizer: PCRE2 cannot compile the pattern at offset {}: {}", offset,
@@ -79,7 +105,17 @@ Gpt2PreTokenizer::Gpt2PreTokenizer() {
 Gpt2PreTokenizer::~Gpt2PreTokenizer() { pcre2_code_free(as_code(code_)); }
 
 const Gpt2PreTokenizer& Gpt2PreTokenizer::instance() {
-  static const Gpt2PreTokenizer pre;
+  static const Gpt2PreTokenizer pre(kPattern);
+  return pre;
+}
+
+const Gpt2PreTokenizer& Gpt2PreTokenizer::cl100k() {
+  static const Gpt2PreTokenizer pre(kCl100kPattern);
+  return pre;
+}
+
+const Gpt2PreTokenizer& Gpt2PreTokenizer::o200k() {
+  static const Gpt2PreTokenizer pre(kO200kPattern);
   return pre;
 }
 

@@ -41,13 +41,21 @@ namespace tformer {
 
 class Gpt2PreTokenizer {
  public:
-  Gpt2PreTokenizer();  // compiles the pattern (and JIT-compiles it when the platform allows)
+  // Compiles the pattern (and JIT-compiles it when the platform allows). It must match at every
+  // position of valid UTF-8 (each of the three below does: letters, numbers, white space and the
+  // rest each have an alternative), so that matching anchored at each piece's end is the same as
+  // searching for the leftmost match.
+  explicit Gpt2PreTokenizer(const char* pattern);
   ~Gpt2PreTokenizer();
   Gpt2PreTokenizer(const Gpt2PreTokenizer&) = delete;
   Gpt2PreTokenizer& operator=(const Gpt2PreTokenizer&) = delete;
 
-  // The process-wide instance (thread-safe; split() may run on many threads at once).
+  // The process-wide instances (thread-safe; split() may run on many threads at once): GPT-2's
+  // pattern, and tiktoken's cl100k_base and o200k_base patterns (\s and \S as Unicode White_Space
+  // there too; (?i:...) contractions by Unicode simple case folding, as in tiktoken's regex crate).
   static const Gpt2PreTokenizer& instance();
+  static const Gpt2PreTokenizer& cl100k();
+  static const Gpt2PreTokenizer& o200k();
 
   // Calls f(piece) for each piece of text, in order; pieces are views into text. Any bytes.
   template <typename F>

@@ -96,7 +96,32 @@ std::string gpt2_vocab_dir(const std::string& override_dir) {
   return dir;
 }
 
+#ifndef TFORMER_TIKTOKEN_DEFAULT_DIR
+#define TFORMER_TIKTOKEN_DEFAULT_DIR "build-data/tiktoken"
+#endif
+
+// tiktoken's cl100k_base or o200k_base from $TFORMER_TIKTOKEN_DIR or build-data/tiktoken (put
+// there by scripts/fetch-tiktoken-vocab.sh from the npm package tiktoken; never downloaded here).
+std::unique_ptr<Tokenizer> load_tiktoken_encoding(const std::string& name) {
+  const char* env = std::getenv("TFORMER_TIKTOKEN_DIR");
+  const std::string dir = env && *env ? env : TFORMER_TIKTOKEN_DEFAULT_DIR;
+  const std::string path = (std::filesystem::path(dir) / (name + ".json")).string();
+  if (!std::filesystem::is_regular_file(path))
+    fail_file(
+        path,
+        "tiktoken's {} vocabulary is not at {}: run scripts/fetch-tiktoken-vocab.sh (or set TFORMER_TIKTOKEN_DIR)",
+        name, path);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(read_file(path));
+  } catch (const nlohmann::json::exception& e) {
+    fail_file(path, "{}: not valid JSON: {}", path, e.what());
+  }
+  return std::make_unique<ByteBpeTokenizer>(ByteBpeTokenizer::from_tiktoken(j, path));
+}
+
 std::unique_ptr<Tokenizer> tokenizer_by_name(const std::string& name, const std::string& gpt2_dir) {
+  if (name == "cl100k_base" || name == "o200k_base") return load_tiktoken_encoding(name);
   if (name == "gpt2")
     return std::make_unique<ByteBpeTokenizer>(ByteBpeTokenizer::load_gpt2_dir(gpt2_vocab_dir(gpt2_dir)));
   if (name == "char") return std::make_unique<CharTokenizer>(CharTokenizer::bytes());
@@ -121,7 +146,8 @@ std::unique_ptr<Tokenizer> tokenizer_by_name(const std::string& name, const std:
   }
   if (!std::filesystem::exists(name))
     fail_input(name,
-               "tokenizer '{}': not 'gpt2', 'char', 'bpe:CODES', 'byte-bpe:VOCAB' or 'spm:MODEL', and no such file",
+               "tokenizer '{}': not 'gpt2', 'cl100k_base', 'o200k_base', 'char', 'bpe:CODES', 'byte-bpe:VOCAB' or "
+               "'spm:MODEL', and no such file",
                name);
   return load_tokenizer_file(name);
 }

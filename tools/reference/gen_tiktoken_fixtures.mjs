@@ -1,7 +1,10 @@
-// Writes tests/fixtures/tiktoken_gpt2.json: token ids from tiktoken's "gpt2" encoding (npm package
-// tiktoken, the Rust core compiled to WASM) for test strings that exercise every branch of GPT-2's
-// pre-tokenizer, and for the committed excerpt tests/fixtures/tinyshakespeare_100k.txt (the first
-// 100,000 bytes of Tiny Shakespeare).
+// Writes tests/fixtures/tiktoken_gpt2.json, tiktoken_cl100k_base.json and tiktoken_o200k_base.json:
+// token ids from tiktoken's "gpt2", "cl100k_base" and "o200k_base" encodings (npm package tiktoken,
+// the Rust core compiled to WASM) for test strings that exercise every branch of the pre-tokenizers
+// (contractions in every case, digit runs, white space runs and line ends, letters and marks of
+// many scripts, emoji, characters added in recent Unicode versions, each special token), and for
+// the committed excerpt tests/fixtures/tinyshakespeare_100k.txt (the first 100,000 bytes of Tiny
+// Shakespeare).
 //   cd tools/reference && npm ci && node gen_tiktoken_fixtures.mjs
 // Cases: {name, text, allow_special, ids}; a case may give "repeat" and "count" instead of "text"
 // (the text is repeat x count). allow_special false = encode_ordinary (special text is plain text);
@@ -14,7 +17,6 @@ import { fileURLToPath } from "node:url";
 
 const here = dirname(fileURLToPath(import.meta.url));
 const fixtures = join(here, "..", "..", "tests", "fixtures");
-const enc = get_encoding("gpt2");
 const pkg = JSON.parse(readFileSync(join(here, "node_modules", "tiktoken", "package.json"), "utf8"));
 
 const texts = [
@@ -51,42 +53,66 @@ const texts = [
   ["one_letter", "a"],
 ];
 
-const cases = [];
-for (const [name, text] of texts) {
-  cases.push({ name, text, allow_special: false, ids: Array.from(enc.encode_ordinary(text)) });
-}
-for (const [name, text] of texts.filter(([n]) => n.startsWith("special"))) {
-  cases.push({ name: name + "_allowed", text, allow_special: true, ids: Array.from(enc.encode(text, "all")) });
-}
-const repeats = [
-  ["run_a_5000", "a", 5000],
-  ["run_space_5000", " ", 5000],
-  ["run_a_100000", "a", 100000],
-  ["run_ab_3000", "ab", 3000],
-  ["run_newline_1000", "\n", 1000],
-  ["run_space_a_2000", " a", 2000],
-  ["run_digit_3000", "1", 3000],
-  ["run_emoji_1000", "\u{1F600}", 1000],
-  ["run_cjk_2000", "\u4E2D", 2000],
-  ["run_spaces_then_word", " ".repeat(999) + "x", 5],
+// The later encodings' own branches: case-insensitive contractions, letters then marks, digits in
+// threes, symbols before "/" and line ends, runs of line ends, and characters whose Unicode
+// category came after Unicode 14 (PCRE2 10.42's): U+1FAE8 (15.0, So), U+31350 (15.0, CJK Ext H,
+// Lo), U+2EBF0 (15.1, CJK Ext I, Lo), U+1E030 (15.0, Lm), U+11F00 (15.0, Kawi Mn), U+1E4D0 (15.0,
+// Nag Mundari Lo), U+10D40 (16.0, Garay), U+16D40 (16.0, Kirat Rai), U+1CC00 (16.0, So).
+const modern = [
+  ["contractions_every_case", "I'M YOU'LL we'Re They'VE it'S He'D don'T sHe'Ll ſ'S 's 'S"],
+  ["letters_then_marks", "CamelCaseWords XMLHttpRequest iPhone McDonald ÉCOLE e\u0301te\u0301 \u0928\u092E\u0938\u094D\u0924\u0947"],
+  ["digits_threes", "1 12 123 1234 12345 123456 1234567 \uFF11\uFF12\uFF13\uFF14 \u0661\u0662\u0663\u0664"],
+  ["symbols_slash_lines", "a/b c// d!!/\n e?\r\n\r\n f.../ g -->/ \t/x"],
+  ["line_end_runs", "x\n\n\ny \n \n z\r\r\n\n  \n\nw"],
+  ["unicode_15_16", "a\u{1FAE8}b \u{31350}\u{31351} \u{2EBF0}x \u{1E030}y \u{11F00}z \u{1E4D0}\u{1E4D1} \u{10D40}\u{10D41} \u{16D40} \u{1CC00}!"],
 ];
-for (const [name, repeat, count] of repeats) {
-  cases.push({ name, repeat, count, allow_special: false, ids: Array.from(enc.encode_ordinary(repeat.repeat(count))) });
-}
-
-const files = [];
-for (const [name, file] of [["tinyshakespeare_100k", "tinyshakespeare_100k.txt"]]) {
-  const text = readFileSync(join(fixtures, file), "utf8");
-  files.push({ name, path: "fixtures/" + file, ids: Array.from(enc.encode_ordinary(text)) });
-}
-
-const out = {
-  generator: "tools/reference/gen_tiktoken_fixtures.mjs",
-  tiktoken_version: pkg.version,
-  encoding: "gpt2",
-  cases,
-  files,
+const specialsOf = {
+  gpt2: ["<|endoftext|>"],
+  cl100k_base: ["<|endoftext|>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|endofprompt|>"],
+  o200k_base: ["<|endoftext|>", "<|endofprompt|>"],
 };
-writeFileSync(join(fixtures, "tiktoken_gpt2.json"), JSON.stringify(out) + "\n");
-console.log(`wrote ${cases.length} cases and ${files.length} files to tests/fixtures/tiktoken_gpt2.json`);
-enc.free();
+
+for (const name of ["gpt2", "cl100k_base", "o200k_base"]) {
+  const enc = get_encoding(name);
+  const all = name === "gpt2" ? texts : [...texts, ...modern,
+    ["every_special", specialsOf[name].map((t, i) => `x${i}${t}`).join(" ") + " end"]];
+  const cases = [];
+  for (const [cname, text] of all) {
+    cases.push({ name: cname, text, allow_special: false, ids: Array.from(enc.encode_ordinary(text)) });
+  }
+  for (const [cname, text] of all.filter(([n]) => n.startsWith("special") || n === "every_special")) {
+    cases.push({ name: cname + "_allowed", text, allow_special: true, ids: Array.from(enc.encode(text, "all")) });
+  }
+  const repeats = [
+    ["run_a_5000", "a", 5000],
+    ["run_space_5000", " ", 5000],
+    ["run_a_100000", "a", 100000],
+    ["run_ab_3000", "ab", 3000],
+    ["run_newline_1000", "\n", 1000],
+    ["run_space_a_2000", " a", 2000],
+    ["run_digit_3000", "1", 3000],
+    ["run_emoji_1000", "\u{1F600}", 1000],
+    ["run_cjk_2000", "\u4E2D", 2000],
+    ["run_spaces_then_word", " ".repeat(999) + "x", 5],
+  ];
+  for (const [rname, repeat, count] of repeats) {
+    cases.push({ name: rname, repeat, count, allow_special: false, ids: Array.from(enc.encode_ordinary(repeat.repeat(count))) });
+  }
+
+  const files = [];
+  for (const [fname, file] of [["tinyshakespeare_100k", "tinyshakespeare_100k.txt"]]) {
+    const text = readFileSync(join(fixtures, file), "utf8");
+    files.push({ name: fname, path: "fixtures/" + file, ids: Array.from(enc.encode_ordinary(text)) });
+  }
+
+  const out = {
+    generator: "tools/reference/gen_tiktoken_fixtures.mjs",
+    tiktoken_version: pkg.version,
+    encoding: name,
+    cases,
+    files,
+  };
+  writeFileSync(join(fixtures, `tiktoken_${name}.json`), JSON.stringify(out) + "\n");
+  console.log(`wrote ${cases.length} cases and ${files.length} files to tests/fixtures/tiktoken_${name}.json`);
+  enc.free();
+}
