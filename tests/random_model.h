@@ -3,6 +3,7 @@
 // norm gains 1 + U(-0.3, 0.3), so that no tensor is symmetric and a swapped one shows.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
@@ -41,6 +42,20 @@ inline std::unique_ptr<Model> random_model(const ModelConfig& c, uint64_t seed) 
     }
   }
   return m;
+}
+
+// n token ids spread over the vocabulary, deterministic.
+inline std::vector<TokenId> some_ids(int64_t n, int64_t vocab) {
+  std::vector<TokenId> ids;
+  for (int64_t i = 0; i < n; ++i) ids.push_back(static_cast<TokenId>((i * 37 + 11) % vocab));
+  return ids;
+}
+
+// The values of a model's parameter (a test failure when the model has none by that name).
+inline const float* tensor_of(Model& m, const std::string& name) {
+  const auto* e = m.params().find(name);
+  EXPECT_NE(e, nullptr) << name;
+  return m.params().data() + e->offset;
 }
 
 // Logits [ids.size(), vocab] of one sequence.

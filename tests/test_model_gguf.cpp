@@ -35,18 +35,8 @@ const char* kLlama = R"({"norm": "rmsnorm", "positions": "rope", "activation": "
 
 using test::logits_of;
 using test::random_model;
-
-std::vector<TokenId> some_ids(int64_t n, int64_t vocab) {
-  std::vector<TokenId> ids;
-  for (int64_t i = 0; i < n; ++i) ids.push_back(static_cast<TokenId>((i * 37 + 11) % vocab));
-  return ids;
-}
-
-const float* tensor_of(Model& m, const std::string& name) {
-  const auto* e = m.params().find(name);
-  EXPECT_NE(e, nullptr) << name;
-  return m.params().data() + e->offset;
-}
+using test::some_ids;
+using test::tensor_of;
 
 class GgufModelTest : public ::testing::Test {
  protected:

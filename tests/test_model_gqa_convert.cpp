@@ -23,21 +23,11 @@ namespace {
 using test::logits_of;
 using test::random_model;
 using test::small_config;
+using test::some_ids;
+using test::tensor_of;
 
 const char* kRope8 = R"({"n_heads": 8, "d_model": 32, "norm": "rmsnorm", "positions": "rope",
                          "activation": "swiglu", "bias": true, "rope_pairing": "adjacent"})";
-
-std::vector<TokenId> some_ids(int64_t n, int64_t vocab) {
-  std::vector<TokenId> ids;
-  for (int64_t i = 0; i < n; ++i) ids.push_back(static_cast<TokenId>((i * 53 + 7) % vocab));
-  return ids;
-}
-
-const float* tensor(Model& m, const std::string& name) {
-  const auto* e = m.params().find(name);
-  EXPECT_NE(e, nullptr) << name;
-  return m.params().data() + e->offset;
-}
 
 // max |a - b| / max |b|
 double relative_gap(const std::vector<float>& a, const std::vector<float>& b) {
@@ -69,8 +59,8 @@ TEST(GqaConvert, PooledRowsAreTheGroupsMeanOrItsFirstHead) {
       SCOPED_TRACE(name);
       const bool bias = std::string(name).ends_with("bias");
       const int64_t cols = bias ? 1 : d;
-      const float* src = tensor(*m, name);
-      const float* dst = tensor(*c, name);
+      const float* src = tensor_of(*m, name);
+      const float* dst = tensor_of(*c, name);
       for (int64_t j = 0; j < 2; ++j)
         for (int64_t r = 0; r < hd; ++r)
           for (int64_t k = 0; k < cols; ++k) {
@@ -87,7 +77,8 @@ TEST(GqaConvert, PooledRowsAreTheGroupsMeanOrItsFirstHead) {
     for (const char* name :
          {"layers.0.attn.wq.weight", "layers.1.attn.wo.weight", "layers.0.ffn.w3.weight", "tok_embeddings.weight"}) {
       const auto* e = m->params().find(name);
-      EXPECT_EQ(std::memcmp(tensor(*c, name), tensor(*m, name), static_cast<size_t>(e->shape.numel()) * 4), 0) << name;
+      EXPECT_EQ(std::memcmp(tensor_of(*c, name), tensor_of(*m, name), static_cast<size_t>(e->shape.numel()) * 4), 0)
+          << name;
     }
   }
 }

@@ -388,14 +388,16 @@ GgufExportReport export_gguf(const std::string& path, Model& model, const Tokeni
       matrix(g + "attn_v.weight", dkv, d, values(t + "attn.wv.weight"));
       // q, k and v biases are optional in every one of these architectures: all-zero ones (a file
       // read with tformer's one bias flag on for the others' sake) are left out, as they came.
-      auto nonzero = [](const std::vector<float>& v) {
-        return std::any_of(v.begin(), v.end(), [](float x) { return x != 0.0f; });
-      };
-      if (c.bias && (nonzero(values(t + "attn.wq.bias")) || nonzero(values(t + "attn.wk.bias")) ||
-                     nonzero(values(t + "attn.wv.bias")))) {
-        vector(g + "attn_q.bias", dq, rope_rows(values(t + "attn.wq.bias"), c.n_heads, 1));
-        vector(g + "attn_k.bias", dkv, rope_rows(values(t + "attn.wk.bias"), c.n_kv_heads, 1));
-        vector(g + "attn_v.bias", dkv, values(t + "attn.wv.bias"));
+      if (c.bias) {
+        auto bq = values(t + "attn.wq.bias"), bk = values(t + "attn.wk.bias"), bv = values(t + "attn.wv.bias");
+        const auto nonzero = [](const std::vector<float>& v) {
+          return std::any_of(v.begin(), v.end(), [](float x) { return x != 0.0f; });
+        };
+        if (nonzero(bq) || nonzero(bk) || nonzero(bv)) {
+          vector(g + "attn_q.bias", dq, rope_rows(std::move(bq), c.n_heads, 1));
+          vector(g + "attn_k.bias", dkv, rope_rows(std::move(bk), c.n_kv_heads, 1));
+          vector(g + "attn_v.bias", dkv, std::move(bv));
+        }
       }
       matrix(g + "attn_output.weight", d, dq, values(t + "attn.wo.weight"));
       bias(g + "attn_output.bias", t + "attn.wo.bias", d, starcoder2);
