@@ -15,7 +15,7 @@ echo "== bench_generate"
 "$build"/bench/bench_generate --reps 3
 if [[ -d "$here/../../shared/data" ]]; then
   echo "== bpe.sh";                 bash "$here/bpe.sh" "$build" 2
-  echo "== bench_tokenizer_gpt2.sh"; bash "$here/bench_tokenizer_gpt2.sh" "$build"
+  echo "== bench_tokenizer.sh"; bash "$here/bench_tokenizer.sh" "$build"
   if /usr/bin/python3 -c "import torch" 2>/dev/null; then
     echo "== attention.sh";         bash "$here/attention.sh" "$build"
     echo "== train.sh";             bash "$here/train.sh" "$build"

@@ -95,6 +95,7 @@ TEST(ByteBpeWorked, ScanAndHeapAgreeOnRandomPieces) {
     std::string piece(1 + rng.below(60), 'a');
     for (char& c : piece) c = "aabc"[rng.below(4)];
     EXPECT_EQ(tok.encode_piece(piece, 1), tok.encode_piece(piece, 2)) << piece;
+    EXPECT_EQ(tok.encode_piece(piece, 1), tok.encode_piece(piece, 3)) << piece;
   }
 }
 
@@ -196,6 +197,32 @@ TEST(ByteBpeGpt2, ScanAndHeapAgreeOnFixturePieces) {
   for (int trial = 0; trial < 300; ++trial) {
     const std::string piece = random_bytes(rng, 80);
     ASSERT_EQ(gpt2().encode_piece(piece, 1), gpt2().encode_piece(piece, 2));
+    ASSERT_EQ(gpt2().encode_piece(piece, 1), gpt2().encode_piece(piece, 3));
+  }
+}
+
+// Long pieces take the rank buckets (encode_piece's choice past 4096 bytes): they must agree with
+// the heap on runs of one character, on runs of short words (where later buckets receive entries
+// out of position order and get sorted) and on random letters.
+TEST(ByteBpeGpt2, BucketsAndHeapAgreeOnLongPieces) {
+  TF_SKIP_WITHOUT_GPT2();
+  Rng rng(17);
+  std::vector<std::string> pieces = {std::string(9000, 'a'), std::string(5001, ' '), std::string(7000, '0')};
+  for (const char* word : {"ab", "the", "ing", "xyzzy"}) {
+    std::string p;
+    while (p.size() < 6000) p += word;
+    pieces.push_back(p);
+  }
+  for (int trial = 0; trial < 4; ++trial) {
+    std::string p(5000 + rng.below(3000), 'a');
+    for (char& c : p) c = "etaoinshrdlu"[rng.below(12)];
+    pieces.push_back(p);
+  }
+  for (const std::string& p : pieces) {
+    const Ids heap = gpt2().encode_piece(p, 2);
+    ASSERT_EQ(heap, gpt2().encode_piece(p, 3)) << p.substr(0, 20);
+    ASSERT_EQ(heap, gpt2().encode_piece(p)) << p.substr(0, 20);
+    ASSERT_EQ(gpt2().decode(heap), p);
   }
 }
 

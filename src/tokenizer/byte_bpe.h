@@ -113,8 +113,8 @@ class ByteBpeTokenizer : public Tokenizer {
   std::map<std::string, TokenId> special_tokens() const override { return specials_; }
   nlohmann::json to_json() const override;
 
-  // The tokens of one piece by step 3 above. algorithm: 0 chooses, 1 forces the plain scan,
-  // 2 forces the heap (tests check that all three agree).
+  // The tokens of one piece by step 3 above. algorithm: 0 chooses by length, 1 forces the plain
+  // scan, 2 the heap, 3 the rank buckets (linear time; tests check that all agree).
   std::vector<TokenId> encode_piece(std::string_view piece, int algorithm = 0) const;
   // Text without special-token handling (tiktoken's encode_ordinary).
   std::vector<TokenId> encode_ordinary(std::string_view text) const;
@@ -131,8 +131,10 @@ class ByteBpeTokenizer : public Tokenizer {
   class Cache;    // recently encoded pieces (per encode() call and thread)
   void encode_stretch(std::string_view text, std::vector<TokenId>& out) const;  // may run in parallel
   void encode_chunk(std::string_view text, Cache& cache, std::vector<TokenId>& out) const;
+  void merge(std::vector<TokenId>& parts, int algorithm) const;  // as encode_piece's algorithm
   void merge_scan(std::vector<TokenId>& parts) const;
   void merge_heap(std::vector<TokenId>& parts) const;
+  void merge_buckets(std::vector<TokenId>& parts) const;
 
   Pattern pattern_ = Pattern::Gpt2;
   std::array<unsigned char, 256> byte_of_id_{};

@@ -22,8 +22,10 @@
 namespace tformer {
 namespace {
 
-// Pieces up to this many bytes merge by a plain scan; longer ones through the heap.
+// Pieces up to this many bytes merge by a plain scan; longer ones through the heap, and the
+// longest through buckets of equal rank (linear time).
 constexpr size_t kScanMaxBytes = 24;
+constexpr size_t kHeapMaxBytes = 4096;
 // Pieces longer than this are not cached (long runs are rare and would fill the cache).
 constexpr size_t kCacheMaxPieceBytes = 256;
 constexpr size_t kCacheSlots = size_t{1} << 14;
@@ -156,17 +158,94 @@ void ByteBpeTokenizer::merge_heap(std::vector<TokenId>& parts) const {
   parts.resize(w);
 }
 
+void ByteBpeTokenizer::merge_buckets(std::vector<TokenId>& parts) const {
+  // The heap's linked list, with the heap replaced by one bucket per rank. A merge makes an id
+  // larger than both of its parts (merges only use earlier ids), so every pair it creates has a
+  // larger rank than the one being merged: taking the buckets in increasing rank, each bucket is
+  // complete when its turn comes, and is done leftmost first. Entries arrive in position order
+  // within one bucket's pass but passes interleave, so a bucket is sorted by position when it is
+  // not already. The time is linear in the piece plus the number of ranks (one array of that size,
+  // which is why short pieces take the heap); a bucket never sorted in practice costs nothing more.
+  const int32_t n = static_cast<int32_t>(parts.size());
+  std::vector<int32_t> prev(parts.size()), next(parts.size());
+  for (int32_t i = 0; i < n; ++i) {
+    prev[i] = i - 1;
+    next[i] = i + 1 < n ? i + 1 : -1;
+  }
+  struct Entry {
+    int32_t pos;
+    TokenId left, right;
+    int32_t link;  // the next entry of the same bucket, -1 at the end
+  };
+  std::vector<Entry> entries;
+  entries.reserve(parts.size() * 3);  // n - 1 pairs at the start, at most two more per merge
+  const size_t ranks = tokens_.size();
+  std::vector<int32_t> head(ranks, -1), tail(ranks, -1);
+  TokenId lowest = static_cast<TokenId>(ranks);
+  const auto push = [&](int32_t pos) {
+    if (pos < 0 || next[pos] < 0) return;
+    const TokenId merged = tables_->pairs.find(parts[pos], parts[next[pos]]);
+    if (merged < 0) return;
+    const int32_t e = static_cast<int32_t>(entries.size());
+    entries.push_back({pos, parts[pos], parts[next[pos]], -1});
+    if (tail[merged] < 0)
+      head[merged] = e;
+    else
+      entries[tail[merged]].link = e;
+    tail[merged] = e;
+    lowest = std::min(lowest, merged);
+  };
+  for (int32_t i = 0; i + 1 < n; ++i) push(i);
+  std::vector<uint8_t> alive(parts.size(), 1);
+  const auto apply = [&](const Entry& c, TokenId r) {
+    const int32_t right = next[c.pos];
+    if (!alive[c.pos] || right < 0 || parts[c.pos] != c.left || parts[right] != c.right) return;
+    parts[c.pos] = r;
+    alive[right] = 0;
+    next[c.pos] = next[right];
+    if (next[right] >= 0) prev[next[right]] = c.pos;
+    push(prev[c.pos]);
+    push(c.pos);
+  };
+  std::vector<Entry> bucket;
+  for (size_t r = static_cast<size_t>(lowest); r < ranks; ++r) {
+    if (head[r] < 0) continue;
+    bool sorted = true;
+    for (int32_t e = head[r]; sorted && entries[e].link >= 0; e = entries[e].link)
+      sorted = entries[e].pos < entries[entries[e].link].pos;
+    // Pushes during this bucket's pass go to later buckets only, so the list is not changed here
+    // (entries may move when the pool grows: walk it by index).
+    if (sorted) {
+      for (int32_t e = head[r]; e >= 0; e = entries[e].link) apply(Entry(entries[e]), static_cast<TokenId>(r));
+      continue;
+    }
+    bucket.clear();
+    for (int32_t e = head[r]; e >= 0; e = entries[e].link) bucket.push_back(entries[e]);
+    std::sort(bucket.begin(), bucket.end(), [](const Entry& a, const Entry& b) { return a.pos < b.pos; });
+    for (const Entry& c : bucket) apply(c, static_cast<TokenId>(r));
+  }
+  size_t w = 0;
+  for (int32_t i = 0; i >= 0 && i < n; i = next[i]) parts[w++] = parts[i];
+  parts.resize(w);
+}
+
 std::vector<TokenId> ByteBpeTokenizer::encode_piece(std::string_view piece, int algorithm) const {
   if (piece.empty()) return {};
   if (const TokenId whole = tables_->piece.find(piece, tokens_); whole >= 0) return {whole};
   std::vector<TokenId> parts(piece.size());
   for (size_t i = 0; i < piece.size(); ++i) parts[i] = id_of_byte_[static_cast<unsigned char>(piece[i])];
-  const bool scan = algorithm == 1 || (algorithm == 0 && piece.size() <= kScanMaxBytes);
-  if (scan)
-    merge_scan(parts);
-  else
-    merge_heap(parts);
+  merge(parts, algorithm);
   return parts;
+}
+
+void ByteBpeTokenizer::merge(std::vector<TokenId>& parts, int algorithm) const {
+  if (algorithm == 0) algorithm = parts.size() <= kScanMaxBytes ? 1 : parts.size() <= kHeapMaxBytes ? 2 : 3;
+  if (algorithm == 1)
+    merge_scan(parts);
+  else if (algorithm == 2)
+    merge_heap(parts);
+  else
+    merge_buckets(parts);
 }
 
 void ByteBpeTokenizer::encode_chunk(std::string_view text, Cache& cache, std::vector<TokenId>& out) const {
@@ -185,10 +264,7 @@ void ByteBpeTokenizer::encode_chunk(std::string_view text, Cache& cache, std::ve
     if (cacheable && cache.find(piece, hash, out)) return;
     parts.resize(piece.size());
     for (size_t i = 0; i < piece.size(); ++i) parts[i] = id_of_byte_[static_cast<unsigned char>(piece[i])];
-    if (piece.size() <= kScanMaxBytes)
-      merge_scan(parts);
-    else
-      merge_heap(parts);
+    merge(parts, 0);
     out.insert(out.end(), parts.begin(), parts.end());
     if (cacheable) cache.insert(piece, hash, parts.data(), parts.size());
   };
