@@ -33,6 +33,54 @@ constexpr size_t kCacheSlots = size_t{1} << 14;
 constexpr size_t kParallelMinBytes = size_t{4} << 20;
 constexpr size_t kParallelChunkBytes = size_t{1} << 20;
 
+// The parts of a piece as a doubly linked list, for the heap and the rank buckets: a part absorbs
+// its right neighbour when they merge, so a part's index is its starting position (which orders
+// ties leftmost first). A queued pair goes stale when either part changes; it is live iff its part
+// and the part's current right neighbour still have the ids it was queued with (then its rank is
+// still right).
+class PartList {
+ public:
+  explicit PartList(std::vector<TokenId>& parts)
+      : parts_(parts), prev_(parts.size()), next_(parts.size()), alive_(parts.size(), 1) {
+    const int32_t n = static_cast<int32_t>(parts.size());
+    for (int32_t i = 0; i < n; ++i) {
+      prev_[i] = i - 1;
+      next_[i] = i + 1 < n ? i + 1 : -1;
+    }
+  }
+  int32_t size() const { return static_cast<int32_t>(parts_.size()); }
+  // Calls queue(pos, left, right) for the pair starting at pos, when there is one.
+  template <typename Queue>
+  void offer(int32_t pos, Queue&& queue) const {
+    if (pos >= 0 && next_[pos] >= 0) queue(pos, parts_[pos], parts_[next_[pos]]);
+  }
+  bool live(int32_t pos, TokenId left, TokenId right) const {
+    return alive_[pos] && next_[pos] >= 0 && parts_[pos] == left && parts_[next_[pos]] == right;
+  }
+  // Merges the pair at pos into `merged`; then offers the two pairs that changed.
+  template <typename Queue>
+  void merge(int32_t pos, TokenId merged, Queue&& queue) {
+    const int32_t right = next_[pos];
+    parts_[pos] = merged;
+    alive_[right] = 0;
+    next_[pos] = next_[right];
+    if (next_[right] >= 0) prev_[next_[right]] = pos;
+    offer(prev_[pos], queue);
+    offer(pos, queue);
+  }
+  // Leaves the surviving parts, in order, in the vector.
+  void compact() {
+    size_t w = 0;
+    for (int32_t i = 0; i >= 0 && i < size(); i = next_[i]) parts_[w++] = parts_[i];
+    parts_.resize(w);
+  }
+
+ private:
+  std::vector<TokenId>& parts_;
+  std::vector<int32_t> prev_, next_;
+  std::vector<uint8_t> alive_;
+};
+
 }  // namespace
 
 // Direct-mapped: a piece's hash picks one slot, and a new piece overwrites whatever was there, so
@@ -117,16 +165,8 @@ void ByteBpeTokenizer::merge_scan(std::vector<TokenId>& parts) const {
 }
 
 void ByteBpeTokenizer::merge_heap(std::vector<TokenId>& parts) const {
-  // A doubly linked list over the parts; a part absorbs its right neighbour when they merge, so a
-  // part's index is its starting position and orders ties leftmost first. Heap entries go stale
-  // when either part changes; an entry is live iff its part and the part's current right
-  // neighbour still have the ids it was pushed with (then its rank is still right).
-  const int32_t n = static_cast<int32_t>(parts.size());
-  std::vector<int32_t> prev(parts.size()), next(parts.size());
-  for (int32_t i = 0; i < n; ++i) {
-    prev[i] = i - 1;
-    next[i] = i + 1 < n ? i + 1 : -1;
-  }
+  // The lowest rank first, the leftmost of equal ranks (PartList).
+  PartList list(parts);
   struct Candidate {
     TokenId rank;
     int32_t pos;
@@ -134,44 +174,27 @@ void ByteBpeTokenizer::merge_heap(std::vector<TokenId>& parts) const {
     bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
   };
   std::priority_queue<Candidate, std::vector<Candidate>, std::greater<Candidate>> heap;
-  const auto push = [&](int32_t pos) {
-    if (pos < 0 || next[pos] < 0) return;
-    const TokenId merged = tables_->pairs.find(parts[pos], parts[next[pos]]);
-    if (merged >= 0) heap.push({merged, pos, parts[pos], parts[next[pos]]});
+  const auto queue = [&](int32_t pos, TokenId left, TokenId right) {
+    if (const TokenId merged = tables_->pairs.find(left, right); merged >= 0) heap.push({merged, pos, left, right});
   };
-  for (int32_t i = 0; i + 1 < n; ++i) push(i);
-  std::vector<bool> alive(parts.size(), true);
+  for (int32_t i = 0; i + 1 < list.size(); ++i) list.offer(i, queue);
   while (!heap.empty()) {
     const Candidate c = heap.top();
     heap.pop();
-    const int32_t right = next[c.pos];
-    if (!alive[c.pos] || right < 0 || parts[c.pos] != c.left || parts[right] != c.right) continue;
-    parts[c.pos] = c.rank;
-    alive[right] = false;
-    next[c.pos] = next[right];
-    if (next[right] >= 0) prev[next[right]] = c.pos;
-    push(prev[c.pos]);
-    push(c.pos);
+    if (list.live(c.pos, c.left, c.right)) list.merge(c.pos, c.rank, queue);
   }
-  size_t w = 0;
-  for (int32_t i = 0; i >= 0 && i < n; i = next[i]) parts[w++] = parts[i];
-  parts.resize(w);
+  list.compact();
 }
 
 void ByteBpeTokenizer::merge_buckets(std::vector<TokenId>& parts) const {
-  // The heap's linked list, with the heap replaced by one bucket per rank. A merge makes an id
-  // larger than both of its parts (merges only use earlier ids), so every pair it creates has a
-  // larger rank than the one being merged: taking the buckets in increasing rank, each bucket is
-  // complete when its turn comes, and is done leftmost first. Entries arrive in position order
-  // within one bucket's pass but passes interleave, so a bucket is sorted by position when it is
-  // not already. The time is linear in the piece plus the number of ranks (one array of that size,
-  // which is why short pieces take the heap); a bucket never sorted in practice costs nothing more.
-  const int32_t n = static_cast<int32_t>(parts.size());
-  std::vector<int32_t> prev(parts.size()), next(parts.size());
-  for (int32_t i = 0; i < n; ++i) {
-    prev[i] = i - 1;
-    next[i] = i + 1 < n ? i + 1 : -1;
-  }
+  // The heap replaced by one bucket per rank. A merge makes an id larger than both of its parts
+  // (merges only use earlier ids), so every pair it creates has a larger rank than the one being
+  // merged: taking the buckets in increasing rank, each bucket is complete when its turn comes,
+  // and is done leftmost first. Entries arrive in position order within one bucket's pass but
+  // passes interleave, so a bucket is sorted by position when it is not already. The time is
+  // linear in the piece plus the number of ranks (one array of that size, which is why shorter
+  // pieces take the heap).
+  PartList list(parts);
   struct Entry {
     int32_t pos;
     TokenId left, right;
@@ -182,51 +205,36 @@ void ByteBpeTokenizer::merge_buckets(std::vector<TokenId>& parts) const {
   const size_t ranks = tokens_.size();
   std::vector<int32_t> head(ranks, -1), tail(ranks, -1);
   TokenId lowest = static_cast<TokenId>(ranks);
-  const auto push = [&](int32_t pos) {
-    if (pos < 0 || next[pos] < 0) return;
-    const TokenId merged = tables_->pairs.find(parts[pos], parts[next[pos]]);
+  const auto queue = [&](int32_t pos, TokenId left, TokenId right) {
+    const TokenId merged = tables_->pairs.find(left, right);
     if (merged < 0) return;
     const int32_t e = static_cast<int32_t>(entries.size());
-    entries.push_back({pos, parts[pos], parts[next[pos]], -1});
-    if (tail[merged] < 0)
-      head[merged] = e;
-    else
-      entries[tail[merged]].link = e;
+    entries.push_back({pos, left, right, -1});
+    (tail[merged] < 0 ? head[merged] : entries[tail[merged]].link) = e;
     tail[merged] = e;
     lowest = std::min(lowest, merged);
   };
-  for (int32_t i = 0; i + 1 < n; ++i) push(i);
-  std::vector<uint8_t> alive(parts.size(), 1);
-  const auto apply = [&](const Entry& c, TokenId r) {
-    const int32_t right = next[c.pos];
-    if (!alive[c.pos] || right < 0 || parts[c.pos] != c.left || parts[right] != c.right) return;
-    parts[c.pos] = r;
-    alive[right] = 0;
-    next[c.pos] = next[right];
-    if (next[right] >= 0) prev[next[right]] = c.pos;
-    push(prev[c.pos]);
-    push(c.pos);
-  };
+  for (int32_t i = 0; i + 1 < list.size(); ++i) list.offer(i, queue);
   std::vector<Entry> bucket;
   for (size_t r = static_cast<size_t>(lowest); r < ranks; ++r) {
     if (head[r] < 0) continue;
+    // Merges during this bucket's pass queue pairs in later buckets only, so its list stays as it is.
     bool sorted = true;
     for (int32_t e = head[r]; sorted && entries[e].link >= 0; e = entries[e].link)
       sorted = entries[e].pos < entries[entries[e].link].pos;
-    // Pushes during this bucket's pass go to later buckets only, so the list is not changed here
-    // (entries may move when the pool grows: walk it by index).
+    const auto apply = [&](const Entry& c) {
+      if (list.live(c.pos, c.left, c.right)) list.merge(c.pos, static_cast<TokenId>(r), queue);
+    };
     if (sorted) {
-      for (int32_t e = head[r]; e >= 0; e = entries[e].link) apply(Entry(entries[e]), static_cast<TokenId>(r));
+      for (int32_t e = head[r]; e >= 0; e = entries[e].link) apply(Entry(entries[e]));
       continue;
     }
     bucket.clear();
     for (int32_t e = head[r]; e >= 0; e = entries[e].link) bucket.push_back(entries[e]);
     std::sort(bucket.begin(), bucket.end(), [](const Entry& a, const Entry& b) { return a.pos < b.pos; });
-    for (const Entry& c : bucket) apply(c, static_cast<TokenId>(r));
+    for (const Entry& c : bucket) apply(c);
   }
-  size_t w = 0;
-  for (int32_t i = 0; i >= 0 && i < n; i = next[i]) parts[w++] = parts[i];
-  parts.resize(w);
+  list.compact();
 }
 
 std::vector<TokenId> ByteBpeTokenizer::encode_piece(std::string_view piece, int algorithm) const {
