@@ -13,6 +13,7 @@
 
 #include "bytebpe_test_util.h"
 #include "core/rng.h"
+#include "core/threads.h"
 #include "test_util.h"
 #include "tokenizer/byte_bpe.h"
 #include "tokenizer/tokenizer.h"
@@ -95,6 +96,26 @@ TEST(TiktokenFiles, AMissingVocabularyNamesTheCommandThatFetchesIt) {
                "not a tiktoken encoder file");
   EXPECT_ERROR(ByteBpeTokenizer::from_tiktoken({{"pat_str", "\\w+"}, {"bpe_ranks", "! 0 YQ=="}}, "y.json"),
                ErrorKind::Unsupported, "pat_str");
+}
+
+// A long text is split over threads at newlines (byte_bpe_encode.cpp); every pattern must give the
+// same ids as one thread, also where a piece runs on past a newline: o200k's punctuation pieces
+// take newlines and '/' after them (".\n/"), cl100k's take newlines (".\n").
+TEST_P(Tiktoken, ParallelEncodingEqualsSerial) {
+  // In the first unit the only newline between two printable characters is the one in ".\n/"; the
+  // second has many.
+  const std::string units[] = {"Lines end.\n/usr/bin \n",
+                               "x.\n//y\n(a)\n\"b\"\nIt'S\n12345\n \n\t.\n\xe4\xb8\xad.\n/\n!?\n-- \n"};
+  std::string big;
+  while (big.size() < (9u << 20)) big += units[big.size() < (5u << 20) ? 0 : 1];
+  const int saved = num_threads();
+  set_num_threads(1);
+  const Ids serial = tok_->encode(big);
+  set_num_threads(4);
+  const Ids parallel = tok_->encode(big);
+  set_num_threads(saved);
+  EXPECT_EQ(parallel, serial);
+  EXPECT_EQ(tok_->decode(parallel), big);
 }
 
 INSTANTIATE_TEST_SUITE_P(Encodings, Tiktoken,

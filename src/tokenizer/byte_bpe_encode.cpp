@@ -293,12 +293,14 @@ void ByteBpeTokenizer::encode_chunk(std::string_view text, Cache& cache, std::ve
 }
 
 // A cut at p is safe when text[p-1] is '\n' and text[p-2], text[p] are printable ASCII other than
-// the space: no piece contains a newline together with a non-space character, so the piece before
-// is exactly "\n" (ending at p) and the pattern's matching after p does not depend on what came
-// before (the pattern looks ahead but never behind). The same holds for llama.cpp's default chain:
-// none of its patterns matches across a newline.
+// the space and '/': then a piece ends at p, and the pattern's matching after p does not depend on
+// what came before (the patterns look ahead but never behind). A piece ends at p because in GPT-2's
+// pattern and llama.cpp's default chain no piece holds a newline together with a non-space
+// character (so the piece before is exactly "\n"), and in cl100k's and o200k's the only pieces
+// that run on past a newline are a punctuation run's trailing [\r\n]* (cl100k) or [\r\n/]* (o200k):
+// these stop before text[p], which is neither a newline nor '/' (".\n/" is one o200k piece).
 static size_t next_safe_cut(std::string_view text, size_t from) {
-  const auto printable = [](char c) { return c > ' ' && c < 0x7F; };
+  const auto printable = [](char c) { return c > ' ' && c < 0x7F && c != '/'; };
   size_t search = from == 0 ? 0 : from - 1;
   while (true) {
     const size_t newline = text.find('\n', search);
