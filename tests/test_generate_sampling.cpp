@@ -178,6 +178,29 @@ TEST(Generate, StopsAfterTheStopTokenAndStreamsEveryToken) {
   EXPECT_EQ(streamed, stopped);
 }
 
+TEST(Generate, NeverSamplesTheIdsItIsToldToAvoid) {
+  Model m = small_model();
+  GenerateOptions opt;
+  opt.max_new_tokens = 40;
+  opt.sampler = {1.5, 0, 1.0, 5};  // hot: every id has a real chance
+  const auto free_run = generate(m, {{2, 7}, {4}}, opt);
+  // Ban every id the free run used except one, plus some it did not: none may appear, and greedy
+  // picks the best allowed id.
+  std::vector<TokenId> banned;
+  for (const auto& run : free_run) banned.insert(banned.end(), run.begin(), run.end());
+  std::sort(banned.begin(), banned.end());
+  banned.erase(std::unique(banned.begin(), banned.end()), banned.end());
+  ASSERT_GE(banned.size(), 5u);
+  banned.erase(banned.begin());
+  for (TokenId id : {0, 30}) banned.push_back(id);
+  opt.never_sample = banned;
+  for (double temperature : {1.5, 0.0}) {
+    opt.sampler.temperature = temperature;
+    for (const auto& run : generate(m, {{2, 7}, {4}}, opt))
+      for (TokenId id : run) EXPECT_EQ(std::count(banned.begin(), banned.end(), id), 0) << id;
+  }
+}
+
 TEST(Generate, PromptPlusNewTokensBeyondTheContextIsAnErrorNamingBoth) {
   Model m = small_model();
   GenerateOptions opt;

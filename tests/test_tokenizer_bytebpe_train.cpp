@@ -3,6 +3,7 @@
 // through both file forms.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -55,6 +56,54 @@ TEST(ByteBpeTrain, TrainedVocabularyRoundTripsThroughBothFileForms) {
   EXPECT_EQ(back.encode(corpus), ids);
   save_tokenizer_file(tok, dir / "tok.json");
   EXPECT_EQ(load_tokenizer_file(dir / "tok.json")->encode(corpus), ids);
+}
+
+// Training with each pre-tokenizer pattern (tokenizer train --pattern): no learned token crosses a
+// piece of that pattern, the pattern is kept in the JSON form, and the patterns really differ on a
+// corpus of digit runs and upper-case contractions.
+TEST(ByteBpeTrain, EachPatternLearnsWithinItsOwnPieces) {
+  using P = ByteBpeTokenizer::Pattern;
+  std::string corpus = test::read_file("fixtures/tinyshakespeare_100k.txt");
+  for (int i = 0; i < 200; ++i) corpus += " 12345678 DON'T WON'T\n";
+  std::map<P, ByteBpeTokenizer> trained;
+  for (const P p : {P::Gpt2, P::Cl100k, P::O200k, P::LlamaCppDefault}) {
+    ByteBpeTokenizer tok = train_byte_bpe(corpus, {.vocab_size = 700, .pattern = p});
+    EXPECT_EQ(tok.pattern(), p);
+    ASSERT_EQ(tok.merges().size(), 700u - 257u) << ByteBpeTokenizer::pattern_name(p);
+    // Every merged token lies within one piece of its pattern.
+    for (TokenId id = 256; id < 256 + static_cast<TokenId>(tok.merges().size()); ++id) {
+      int pieces = 0;
+      ByteBpeTokenizer::for_each_piece(p, tok.token_bytes(id), [&](std::string_view) { ++pieces; });
+      EXPECT_EQ(pieces, 1) << ByteBpeTokenizer::pattern_name(p) << " token " << id << " '" << tok.token_bytes(id)
+                           << "'";
+    }
+    // The JSON form keeps the pattern; the ids round-trip.
+    const auto back = tokenizer_from_json(tok.to_json());
+    EXPECT_EQ(dynamic_cast<const ByteBpeTokenizer&>(*back).pattern(), p);
+    const Ids ids = tok.encode(corpus);
+    EXPECT_EQ(back->encode(corpus), ids);
+    EXPECT_EQ(tok.decode(ids), corpus);
+    trained.emplace(p, std::move(tok));
+  }
+  const auto has_token = [](const ByteBpeTokenizer& tok, const std::string& bytes) {
+    for (TokenId id = 0; id < tok.vocab_size(); ++id)
+      if (tok.token_bytes(id) == bytes) return true;
+    return false;
+  };
+  // GPT-2's pattern keeps " 12345678" one piece, and its contractions are lower-case only.
+  EXPECT_TRUE(has_token(trained.at(P::Gpt2), " 12345678"));
+  EXPECT_FALSE(has_token(trained.at(P::Gpt2), "'T"));
+  // cl100k and o200k: digits in runs of at most three, no space before them; "'T" is a piece.
+  for (const P p : {P::Cl100k, P::O200k}) {
+    EXPECT_TRUE(has_token(trained.at(p), "123")) << ByteBpeTokenizer::pattern_name(p);
+    EXPECT_FALSE(has_token(trained.at(p), "1234")) << ByteBpeTokenizer::pattern_name(p);
+    EXPECT_FALSE(has_token(trained.at(p), " 1")) << ByteBpeTokenizer::pattern_name(p);
+    EXPECT_TRUE(has_token(trained.at(p), "'T")) << ByteBpeTokenizer::pattern_name(p);
+  }
+  // o200k's letter pieces end a word at a case change, and take its contraction: "DON'T" is one
+  // piece there (cl100k: "DON", "'T").
+  EXPECT_TRUE(has_token(trained.at(P::O200k), " DON'T"));
+  EXPECT_FALSE(has_token(trained.at(P::Cl100k), " DON'T"));
 }
 
 }  // namespace

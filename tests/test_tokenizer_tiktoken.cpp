@@ -5,6 +5,7 @@
 // from scripts/fetch-tiktoken-vocab.sh; without them these tests are skipped, saying so.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
@@ -96,6 +97,35 @@ TEST(TiktokenFiles, AMissingVocabularyNamesTheCommandThatFetchesIt) {
                "not a tiktoken encoder file");
   EXPECT_ERROR(ByteBpeTokenizer::from_tiktoken({{"pat_str", "\\w+"}, {"bpe_ranks", "! 0 YQ=="}}, "y.json"),
                ErrorKind::Unsupported, "pat_str");
+}
+
+// The unused ids among the special tokens are no tokens: decoding names them, generation never
+// samples them (non_token_ids), and every other id below the vocabulary size is a token.
+TEST_P(Tiktoken, GapsAmongTheSpecialTokensAreNotTokens) {
+  // Expected: every id from the end of the merges' ids that no special token has, then the ids
+  // past the vocabulary.
+  const auto& bpe = dynamic_cast<const ByteBpeTokenizer&>(*tok_);
+  const TokenId ordinary_end = 256 + static_cast<TokenId>(bpe.merges().size());
+  const auto specials = tok_->special_tokens();
+  std::vector<TokenId> gaps;
+  for (TokenId id = ordinary_end; id < tok_->vocab_size(); ++id)
+    if (std::none_of(specials.begin(), specials.end(), [&](const auto& s) { return s.second == id; }))
+      gaps.push_back(id);
+  std::vector<TokenId> expected = gaps;
+  for (int k = 0; k < 3; ++k) expected.push_back(static_cast<TokenId>(tok_->vocab_size() + k));
+  EXPECT_EQ(non_token_ids(*tok_, tok_->vocab_size() + 3), expected);
+  if (std::string(GetParam().name) == "cl100k_base") {
+    // tiktoken's cl100k_base: 100256 and 100261..100275 are unused.
+    ASSERT_EQ(gaps.size(), 16u);
+    EXPECT_EQ(gaps.front(), 100256);
+    EXPECT_EQ(gaps[1], 100261);
+    EXPECT_EQ(gaps.back(), 100275);
+  }
+  for (TokenId id : gaps)
+    EXPECT_ERROR(tok_->decode(std::vector<TokenId>{id}), ErrorKind::BadInput, "token id " + std::to_string(id));
+  EXPECT_TRUE(tok_->is_token(0));
+  EXPECT_TRUE(tok_->is_token(ordinary_end - 1));
+  EXPECT_FALSE(tok_->is_token(-1));
 }
 
 // A long text is split over threads at newlines (byte_bpe_encode.cpp); every pattern must give the

@@ -68,6 +68,7 @@ void run_generate(const GenerateArgs& a) {
   opt.sampler = {a.temperature, a.top_k, a.top_p, a.seed};
   opt.stop_token = tok.eot_id();
   opt.prefill_chunk = a.prefill_chunk;
+  opt.never_sample = non_token_ids(tok, lm.model->config().vocab_size);
   GenerateStats stats;
   const bool stream = prompts.size() == 1;
   // The decoder starts after the prompt's last id: a Sennrich BPE tokenizer restores the space

@@ -129,7 +129,7 @@ void register_tokenize(CLI::App& app) {
   });
 
   struct TrainOptions {
-    std::string type = "byte-bpe", input, output, gpt2_output;
+    std::string type = "byte-bpe", pattern = "gpt2", input, output, gpt2_output;
     ByteBpeTrainOptions train;
     bool verbose = false;
   };
@@ -143,6 +143,10 @@ void register_tokenize(CLI::App& app) {
   train->add_option("--output", topt->output, "Tokenizer JSON file to write")->required();
   train->add_option("--gpt2-output", topt->gpt2_output, "Also write encoder.json and vocab.bpe into this folder");
   train->add_option("--min-frequency", topt->train.min_frequency, "Never merge a pair seen fewer times");
+  train
+      ->add_option("--pattern", topt->pattern,
+                   "Pre-tokenizer: gpt2 (default), cl100k or o200k (tiktoken's), llama.cpp-default; kept in the JSON")
+      ->check(CLI::IsMember({"gpt2", "cl100k", "o200k", "llama.cpp-default"}));
   train->add_flag("--verbose", topt->verbose, "Print each merge");
   train->callback([topt] {
     if (topt->verbose)
@@ -150,6 +154,7 @@ void register_tokenize(CLI::App& app) {
         fmt::print(stderr, "merge {}: {} + {} -> {} '{}' (count {})\n", m.number, m.left, m.right, m.merged,
                    gpt2_bytes_to_unicode(m.bytes), m.count);
       };
+    topt->train.pattern = *ByteBpeTokenizer::pattern_of(topt->pattern);
     const std::string corpus = read_input(topt->input);
     const ByteBpeTokenizer tok = train_byte_bpe(corpus, topt->train);
     save_tokenizer_file(tok, topt->output);
@@ -157,9 +162,17 @@ void register_tokenize(CLI::App& app) {
       std::filesystem::create_directories(topt->gpt2_output);
       tok.save_gpt2((std::filesystem::path(topt->gpt2_output) / "encoder.json").string(),
                     (std::filesystem::path(topt->gpt2_output) / "vocab.bpe").string());
+      // GPT-2's two files hold the vocabulary and the merges only: whoever reads them (tformer's
+      // byte-bpe:DIR, GPT-2's encoder.py, Hugging Face) splits with GPT-2's pattern.
+      if (tok.pattern() != ByteBpeTokenizer::Pattern::Gpt2)
+        fmt::print(stderr,
+                   "tokenizer train: note: encoder.json and vocab.bpe have no place for the pattern '{}': read "
+                   "back from {} they split text with GPT-2's pattern (the JSON file {} keeps '{}')\n",
+                   topt->pattern, topt->gpt2_output, topt->output, topt->pattern);
     }
-    fmt::print(stderr, "tokenizer train: {} merges, vocabulary {} (with <|endoftext|> = {}), written to {}{}\n",
-               tok.merges().size(), tok.vocab_size(), tok.vocab_size() - 1, topt->output,
+    fmt::print(stderr,
+               "tokenizer train: {} merges, vocabulary {} (with <|endoftext|> = {}), pattern {}, written to {}{}\n",
+               tok.merges().size(), tok.vocab_size(), tok.vocab_size() - 1, topt->pattern, topt->output,
                topt->gpt2_output.empty() ? "" : " and " + topt->gpt2_output);
     if (static_cast<int64_t>(tok.vocab_size()) < topt->train.vocab_size)
       fmt::print(stderr, "tokenizer train: stopped early: no pair occurs at least {} times\n",

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 
 #include "core/error.h"
 
@@ -67,6 +68,8 @@ std::vector<std::vector<TokenId>> generate(Model& model, const std::vector<std::
     for (int64_t b = 0; b < B; ++b) {
       valid[b] = done[b] ? 0 : 1;
       if (done[b]) continue;
+      for (const TokenId id : options.never_sample)
+        if (id >= 0 && id < V) logits[b * V + id] = -std::numeric_limits<float>::infinity();
       next[b] = samplers[b].sample(logits.data() + b * V, V);
       out[b].push_back(next[b]);
       ++generated;

@@ -24,6 +24,9 @@ struct GenerateOptions {
   SamplerConfig sampler;
   std::optional<TokenId> stop_token;  // end-of-text: generation of that sequence stops after it
   int64_t prefill_chunk = 0;          // 0 = the whole prompt in one chunk
+  // Ids never sampled (their logits are set to -infinity first): those of the model's vocabulary
+  // that are no token of its tokenizer (non_token_ids in tokenizer/tokenizer.h).
+  std::vector<TokenId> never_sample;
 };
 
 struct GenerateStats {

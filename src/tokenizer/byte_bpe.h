@@ -44,6 +44,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -108,6 +109,9 @@ class ByteBpeTokenizer : public Tokenizer {
 
   std::string kind() const override { return "byte-bpe"; }
   int64_t vocab_size() const override { return static_cast<int64_t>(tokens_.size()); }
+  bool is_token(TokenId id) const override {
+    return id >= 0 && static_cast<size_t>(id) < tokens_.size() && !tokens_[static_cast<size_t>(id)].empty();
+  }
   std::vector<TokenId> encode(std::string_view text, bool allow_special = false) const override;
   void append_token_bytes(TokenId id, std::string& out) const override;
   std::map<std::string, TokenId> special_tokens() const override { return specials_; }
@@ -121,6 +125,8 @@ class ByteBpeTokenizer : public Tokenizer {
 
   Pattern pattern() const { return pattern_; }
   void set_pattern(Pattern p) { pattern_ = p; }
+  // Calls f(piece) for each piece of `text` under pattern p, in order (step 2 above).
+  static void for_each_piece(Pattern p, std::string_view text, const std::function<void(std::string_view)>& f);
 
   const std::string& token_bytes(TokenId id) const;
   const std::vector<Merge>& merges() const { return merges_; }

@@ -38,6 +38,25 @@ constexpr size_t kParallelChunkBytes = size_t{1} << 20;
 // ties leftmost first). A queued pair goes stale when either part changes; it is live iff its part
 // and the part's current right neighbour still have the ids it was queued with (then its rank is
 // still right).
+// Calls f(piece) for each piece of text under pattern p (f inlined for the encoder's own use).
+template <typename F>
+void pieces_by_pattern(ByteBpeTokenizer::Pattern p, std::string_view text, F&& f) {
+  switch (p) {
+    case ByteBpeTokenizer::Pattern::Gpt2:
+      Gpt2PreTokenizer::instance().for_each_piece(text, f);
+      break;
+    case ByteBpeTokenizer::Pattern::Cl100k:
+      Gpt2PreTokenizer::cl100k().for_each_piece(text, f);
+      break;
+    case ByteBpeTokenizer::Pattern::O200k:
+      Gpt2PreTokenizer::o200k().for_each_piece(text, f);
+      break;
+    case ByteBpeTokenizer::Pattern::LlamaCppDefault:
+      LlamaCppDefaultPreTokenizer::instance().for_each_piece(text, f);
+      break;
+  }
+}
+
 class PartList {
  public:
   explicit PartList(std::vector<TokenId>& parts)
@@ -276,20 +295,12 @@ void ByteBpeTokenizer::encode_chunk(std::string_view text, Cache& cache, std::ve
     out.insert(out.end(), parts.begin(), parts.end());
     if (cacheable) cache.insert(piece, hash, parts.data(), parts.size());
   };
-  switch (pattern_) {
-    case Pattern::Gpt2:
-      Gpt2PreTokenizer::instance().for_each_piece(text, each);
-      break;
-    case Pattern::Cl100k:
-      Gpt2PreTokenizer::cl100k().for_each_piece(text, each);
-      break;
-    case Pattern::O200k:
-      Gpt2PreTokenizer::o200k().for_each_piece(text, each);
-      break;
-    case Pattern::LlamaCppDefault:
-      LlamaCppDefaultPreTokenizer::instance().for_each_piece(text, each);
-      break;
-  }
+  pieces_by_pattern(pattern_, text, each);
+}
+
+void ByteBpeTokenizer::for_each_piece(Pattern p, std::string_view text,
+                                      const std::function<void(std::string_view)>& f) {
+  pieces_by_pattern(p, text, f);
 }
 
 // A cut at p is safe when text[p-1] is '\n' and text[p-2], text[p] are printable ASCII other than

@@ -7,7 +7,6 @@
 #include <vector>
 
 #include "core/error.h"
-#include "tokenizer/gpt2_pretokenize.h"
 
 namespace tformer {
 
@@ -58,7 +57,7 @@ ByteBpeTokenizer train_byte_bpe(std::string_view corpus, const ByteBpeTrainOptio
 
   // 1-2. Distinct pieces and their counts, as byte ids.
   std::unordered_map<std::string_view, int64_t> piece_count;
-  Gpt2PreTokenizer::instance().for_each_piece(corpus, [&](std::string_view piece) { ++piece_count[piece]; });
+  ByteBpeTokenizer::for_each_piece(options.pattern, corpus, [&](std::string_view piece) { ++piece_count[piece]; });
   std::vector<Word> words;
   words.reserve(piece_count.size());
   for (const auto& [piece, count] : piece_count) {
@@ -152,7 +151,9 @@ ByteBpeTokenizer train_byte_bpe(std::string_view corpus, const ByteBpeTrainOptio
     }
   }
   const TokenId eot = static_cast<TokenId>(256 + merges.size());
-  return ByteBpeTokenizer(byte_of_id, std::move(merges), {{"<|endoftext|>", eot}});
+  ByteBpeTokenizer tok(byte_of_id, std::move(merges), {{"<|endoftext|>", eot}});
+  tok.set_pattern(options.pattern);
+  return tok;
 }
 
 }  // namespace tformer

@@ -1,6 +1,8 @@
 // Training a byte-level BPE vocabulary (GPT-2's kind) on a corpus, in numbered steps:
-//  1. Cut the corpus into pieces with GPT-2's pre-tokenizer (gpt2_pretokenize.h) and count each
-//     distinct piece (64-bit counts). Merges never cross a piece boundary.
+//  1. Cut the corpus into pieces with the chosen pre-tokenizer pattern (gpt2_pretokenize.h: GPT-2's
+//     by default, or cl100k_base's, o200k_base's, llama.cpp's default chain) and count each
+//     distinct piece (64-bit counts). Merges never cross a piece boundary. The trained tokenizer
+//     carries the pattern (its JSON "pattern"), so that it encodes as it was trained.
 //  2. Every piece starts as its bytes. Ids 0..255 are the bytes in GPT-2's order (the order of
 //     bytes_to_unicode: '!'..'~', 0xA1..0xAC, 0xAE..0xFF, then the rest), as in GPT-2's encoder.json.
 //  3. Count adjacent pairs: a pair occurring k times in a piece seen f times counts k * f
@@ -38,9 +40,10 @@ struct ByteBpeMergeStep {
 };
 
 struct ByteBpeTrainOptions {
-  int64_t vocab_size = 50257;                                       // bytes (256) + merges + <|endoftext|>
-  int64_t min_frequency = 2;                                        // a pair seen fewer times is never merged
-  std::function<void(const ByteBpeMergeStep&)> on_merge = nullptr;  // called after each merge when set
+  int64_t vocab_size = 50257;                                           // bytes (256) + merges + <|endoftext|>
+  int64_t min_frequency = 2;                                            // a pair seen fewer times is never merged
+  ByteBpeTokenizer::Pattern pattern = ByteBpeTokenizer::Pattern::Gpt2;  // the pre-tokenizer of step 1
+  std::function<void(const ByteBpeMergeStep&)> on_merge = nullptr;      // called after each merge when set
 };
 
 ByteBpeTokenizer train_byte_bpe(std::string_view corpus, const ByteBpeTrainOptions& options);

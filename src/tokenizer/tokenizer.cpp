@@ -50,6 +50,13 @@ std::unique_ptr<Tokenizer> tokenizer_from_json(const nlohmann::json& j) {
   fail_unsupported("kind", "tokenizer JSON: unknown kind '{}' (known: char, bpe, byte-bpe, sentencepiece)", kind);
 }
 
+std::vector<TokenId> non_token_ids(const Tokenizer& tokenizer, int64_t n) {
+  std::vector<TokenId> ids;
+  for (int64_t id = 0; id < n; ++id)
+    if (!tokenizer.is_token(static_cast<TokenId>(id))) ids.push_back(static_cast<TokenId>(id));
+  return ids;
+}
+
 std::unique_ptr<Tokenizer> load_tokenizer_file(const std::string& path) {
   const std::string text = read_file(path);
   nlohmann::json j;

@@ -44,6 +44,10 @@ class Tokenizer {
   virtual std::string kind() const = 0;
   // Ids are 0 .. vocab_size() - 1, special tokens included.
   virtual int64_t vocab_size() const = 0;
+  // Whether id is a token: in range, and not one of the unused ids some vocabularies have among
+  // their special tokens (tiktoken's cl100k_base: 100256 and 100261..100275). Generation never
+  // samples an id that is not a token.
+  virtual bool is_token(TokenId id) const { return id >= 0 && id < vocab_size(); }
 
   virtual std::vector<TokenId> encode(std::string_view text, bool allow_special = false) const = 0;
   // Appends the bytes of one token to out; an id outside [0, vocab_size()) throws Error naming it.
@@ -78,6 +82,9 @@ std::vector<TokenId> encode_for_model(const Tokenizer& tok, std::string_view tex
 
 // Builds a tokenizer from its to_json() form; throws Error on an unknown kind or a malformed form.
 std::unique_ptr<Tokenizer> tokenizer_from_json(const nlohmann::json& j);
+// The ids in [0, n) that are not tokens of the tokenizer (is_token): the unused ids among its
+// special tokens, and any beyond its vocabulary (a model's vocabulary padded to a rounder size).
+std::vector<TokenId> non_token_ids(const Tokenizer& tokenizer, int64_t n);
 // Reads a file holding a to_json() form (errors name the file).
 std::unique_ptr<Tokenizer> load_tokenizer_file(const std::string& path);
 // Writes to_json() and a newline to a file, atomically (core/file_io.h); errors name the file.

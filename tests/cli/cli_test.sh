@@ -117,5 +117,43 @@ check "batch line 1 equals prompt 1 alone" test "$(sed -n 2p "$tmp/batch.txt")" 
 check "generate without a prompt exits 1" test "$rc" -eq 1
 check "... and says what is needed" grep -q -- "--prompt TEXT or --prompts-file FILE" "$tmp/err.txt"
 
+# tokenizer train --pattern: the pattern is kept in the JSON; GPT-2's two files cannot keep it (a note
+# says so); an unknown pattern is refused.
+printf 'It IS 1234567 DON'"'"'T stop.\nWe ARE 7654321 WON'"'"'T go!\n%.0s' $(seq 300) > "$tmp/corpus.txt"
+"$tf" tokenizer train --vocab-size 300 --pattern cl100k --input "$tmp/corpus.txt" --output "$tmp/cl.json" \
+  --gpt2-output "$tmp/cl-gpt2" 2> "$tmp/err.txt"
+check "tokenizer train --pattern cl100k" grep -q '"pattern":"cl100k"' "$tmp/cl.json"
+check "... reports the pattern" grep -q "pattern cl100k" "$tmp/err.txt"
+check "... notes that encoder.json and vocab.bpe do not keep it" grep -q "no place for the pattern 'cl100k'" "$tmp/err.txt"
+"$tf" tokenize --tokenizer "$tmp/cl.json" --input "$tmp/corpus.txt" > "$tmp/cl-ids.txt"
+check "... its ids decode back to the corpus" cmp -s "$tmp/corpus.txt" <("$tf" detokenize --tokenizer "$tmp/cl.json" --input "$tmp/cl-ids.txt")
+check "... digits in runs of at most three" test "$("$tf" tokenize --tokenizer "$tmp/cl.json" --text 1234567 | wc -w)" -ge 3
+"$tf" tokenizer train --vocab-size 300 --pattern bad --input "$tmp/corpus.txt" --output "$tmp/bad.json" 2> "$tmp/err.txt"
+check "tokenizer train --pattern bad is refused" test $? -ne 0 -a ! -e "$tmp/bad.json"
+check "... naming the choices" grep -q "gpt2,cl100k,o200k" "$tmp/err.txt"
+
+# tiktoken's encodings by name (when scripts/fetch-tiktoken-vocab.sh has run; make test runs it).
+if [[ -f "$here/../build-data/tiktoken/cl100k_base.json" || -n "${TFORMER_TIKTOKEN_DIR:-}" ]]; then
+  check "tokenize cl100k_base" test "$("$tf" tokenize --tokenizer cl100k_base --text 'Hello world')" = "9906 1917"
+  check "tokenize o200k_base" test "$("$tf" tokenize --tokenizer o200k_base --text 'Hello world')" = "13225 2375"
+  check "detokenize o200k_base" test "$("$tf" detokenize --tokenizer o200k_base --ids '13225 2375')" = "Hello world"
+  check "special token only with --allow-special" \
+    test "$("$tf" tokenize --tokenizer cl100k_base --text '<|endofprompt|>' --allow-special)" = "100276"
+  check "... else it is text" test "$("$tf" tokenize --tokenizer cl100k_base --text '<|endofprompt|>' | wc -w)" -gt 1
+  "$tf" detokenize --tokenizer cl100k_base --ids "9906 100256" > "$tmp/out.txt" 2> "$tmp/err.txt"
+  check "detokenize an unused cl100k id exits 1 naming it" \
+    bash -c "test $? -eq 1 && grep -q 'token id 100256 is not a token' '$tmp/err.txt' && test ! -s '$tmp/out.txt'"
+  echo '{"d_model": 8, "n_layers": 1, "n_heads": 2, "context_length": 16}' > "$tmp/tiny.json"
+  "$tf" init --config "$tmp/tiny.json" --tokenizer cl100k_base --seed 3 --out "$tmp/cl.safetensors" > "$tmp/out.txt"
+  check "init --tokenizer cl100k_base takes its vocabulary size" grep -q '"vocab_size":100277' "$tmp/out.txt"
+  check "... and the model file tokenizes as cl100k_base" \
+    test "$("$tf" tokenize --tokenizer "$tmp/cl.safetensors" --text 'Hello world')" = "9906 1917"
+  check "generate from it runs (unused ids are masked: tests/test_generate_sampling.cpp)" \
+    "$tf" generate --model "$tmp/cl.safetensors" --prompt "Hi" --max-new-tokens 12 --temperature 3 --seed 4
+fi
+TFORMER_TIKTOKEN_DIR="$tmp/none" "$tf" tokenize --tokenizer o200k_base --text x > "$tmp/out.txt" 2> "$tmp/err.txt"
+check "a missing tiktoken vocabulary exits 1" test $? -eq 1 -a ! -s "$tmp/out.txt"
+check "... naming the command that fetches it" grep -q "run scripts/fetch-tiktoken-vocab.sh" "$tmp/err.txt"
+
 echo "$passed passed, $failed failed"
 test "$failed" -eq 0
