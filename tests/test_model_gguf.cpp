@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/file_io.h"
@@ -435,6 +436,66 @@ TEST_F(GgufModelTest, TheDefaultPreTokenizerComesAndGoesByName) {
   drop_value(p, "tokenizer.ggml.pre");
   write_gguf(path("nopre.gguf"), p.metadata, p.tensors);
   EXPECT_EQ(load_model_tokenizer(path("nopre.gguf"))->encode(corpus), default_ids);
+}
+
+// tiktoken's patterns go by the names llama.cpp runs them under: cl100k_base's as "llama-bpe" (its
+// LLAMA3 type; "llama3" and "llama-v3" read the same), o200k_base's as "gpt-4o" ("llama4" reads
+// the same). Unused ids among the special tokens become UNUSED placeholders "[PADid]" and come
+// back as unused ids.
+TEST_F(GgufModelTest, TiktokenPatternsAndUnusedIdsTravelByLlamaCppsNames) {
+  using P = ByteBpeTokenizer::Pattern;
+  const std::string corpus = "IT'S 1234567 the cat's hat, DON'T!\n/usr/bin x.\n/y CamelCase naïve 日本 🙂 ok";
+  for (const auto& [pattern, pre, alias] :
+       {std::tuple{P::Cl100k, "llama-bpe", "llama3"}, std::tuple{P::O200k, "gpt-4o", "llama4"}}) {
+    SCOPED_TRACE(pre);
+    const ByteBpeTokenizer trained = train_byte_bpe(corpus, {.vocab_size = 256 + 30 + 1, .pattern = pattern});
+    const TokenId first = 256 + static_cast<TokenId>(trained.merges().size());
+    // Special tokens with gaps: first, first + 3 and first + 4 (ids first + 1, first + 2 unused).
+    ByteBpeTokenizer tok(trained.byte_of_id(), trained.merges(),
+                         {{"<|endoftext|>", first}, {"<|fim_prefix|>", first + 3}, {"<|endofprompt|>", first + 4}});
+    tok.set_pattern(pattern);
+    ASSERT_EQ(non_token_ids(tok, tok.vocab_size()), (std::vector<TokenId>{first + 1, first + 2}));
+    auto m = random_model(config(("{\"vocab_size\": " + std::to_string(tok.vocab_size()) + "}").c_str()), 3);
+    export_gguf(path("t.gguf"), *m, tok, "", GgufExportType::F32);
+    const GgufFile f = GgufFile::open(path("t.gguf"));
+    EXPECT_EQ(f.find_value("tokenizer.ggml.pre")->s, pre);
+    EXPECT_EQ(f.find_value("tokenizer.ggml.tokens")->strings[first + 1], "[PAD" + std::to_string(first + 1) + "]");
+    EXPECT_EQ(f.find_value("tokenizer.ggml.token_type")->ints[first + 2], 5);  // UNUSED
+    EXPECT_EQ(f.find_value("tokenizer.ggml.token_type")->ints[first + 3], 3);  // CONTROL
+    const auto back = load_model_tokenizer(path("t.gguf"));
+    EXPECT_EQ(back->to_json(), tok.to_json());
+    EXPECT_EQ(dynamic_cast<const ByteBpeTokenizer&>(*back).pattern(), pattern);
+    EXPECT_EQ(non_token_ids(*back, back->vocab_size()), non_token_ids(tok, tok.vocab_size()));
+    EXPECT_EQ(back->encode(corpus), tok.encode(corpus));
+    EXPECT_EQ(back->encode(corpus + "<|endofprompt|>", true), tok.encode(corpus + "<|endofprompt|>", true));
+    // llama.cpp's other names of the same pre-tokenizer type.
+    Parts p = parts_of(path("t.gguf"));
+    set_value(p, "tokenizer.ggml.pre", GgufValue::string(alias));
+    write_gguf(path("alias.gguf"), p.metadata, p.tensors);
+    EXPECT_EQ(dynamic_cast<const ByteBpeTokenizer&>(*load_model_tokenizer(path("alias.gguf"))).pattern(), pattern);
+  }
+}
+
+TEST_F(GgufModelTest, TheRealTiktokenVocabulariesComeBackIdentical) {
+  for (const char* name : {"cl100k_base", "o200k_base"}) {
+    SCOPED_TRACE(name);
+    std::unique_ptr<Tokenizer> tok;
+    try {
+      tok = tokenizer_by_name(name);
+    } catch (const Error&) {
+      GTEST_SKIP() << name << " is not in build-data/tiktoken (scripts/fetch-tiktoken-vocab.sh)";
+    }
+    auto m = random_model(config(("{\"vocab_size\": " + std::to_string(tok->vocab_size()) +
+                                  ", \"d_model\": 8, "
+                                  "\"n_heads\": 2, \"n_layers\": 1, \"d_ff\": 8}")
+                                     .c_str()),
+                          3);
+    export_gguf(path("real.gguf"), *m, *tok, "", GgufExportType::F32);
+    const auto back = load_model_tokenizer(path("real.gguf"));
+    EXPECT_EQ(back->to_json(), tok->to_json());
+    const std::string text = "Hello world! It'S 1234567 naïve नमस्ते 日本語 🙂 <|endoftext|>";
+    EXPECT_EQ(back->encode(text, true), tok->encode(text, true));
+  }
 }
 
 TEST_F(GgufModelTest, ALlamaVocabularyPutsItsBosFirstAndStopsAtItsEos) {

@@ -17,6 +17,7 @@
 // trains a byte-level BPE vocabulary (byte_bpe_train.h) and writes it as a tokenizer JSON file
 // (byte_bpe.h documents the form), and with --gpt2-output also as DIR/encoder.json + DIR/vocab.bpe.
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include <charconv>
 #include <cstdio>
@@ -79,7 +80,7 @@ void write_raw(const std::string& bytes) {
 void register_tokenize(CLI::App& app) {
   struct Options {
     std::string tokenizer, text, input, ids, gpt2_dir;
-    bool allow_special = false;
+    bool allow_special = false, jsonl = false;
   };
   auto opt = std::make_shared<Options>();
 
@@ -93,20 +94,42 @@ void register_tokenize(CLI::App& app) {
   auto* input_opt = tok->add_option("--input", opt->input, "A file to encode as raw bytes ('-': standard input)");
   text_opt->excludes(input_opt);
   tok->add_flag("--allow-special", opt->allow_special, "Recognise special tokens such as <|endoftext|>");
+  tok->add_flag("--jsonl", opt->jsonl,
+                "Many texts: each line of --input is one JSON string; prints one line of ids per text");
   tok->add_option("--gpt2-dir", opt->gpt2_dir, "Folder with GPT-2's encoder.json and vocab.bpe");
   tok->callback([opt, text_opt, input_opt] {
     if (text_opt->count() == 0 && input_opt->count() == 0) fail_input("--text", "tokenize: give --text or --input");
+    if (opt->jsonl && text_opt->count()) fail_input("--jsonl", "tokenize: --jsonl reads its texts from --input");
     const auto tokenizer = tokenizer_by_name_or_model(opt->tokenizer, opt->gpt2_dir);
-    const std::string text = text_opt->count() ? opt->text : read_input(opt->input);
-    const std::vector<TokenId> ids = tokenizer->encode(text, opt->allow_special);
-    std::string line;
-    line.reserve(ids.size() * 6 + 1);
-    for (size_t i = 0; i < ids.size(); ++i) {
-      if (i) line.push_back(' ');
-      line += std::to_string(ids[i]);
+    std::vector<std::string> texts;
+    if (!opt->jsonl) {
+      texts.push_back(text_opt->count() ? opt->text : read_input(opt->input));
+    } else {
+      // Every line is read before anything is printed, so a bad line prints nothing but its error.
+      const std::string all = read_input(opt->input);
+      size_t number = 0;
+      for (size_t at = 0; at < all.size();) {
+        const size_t end = std::min(all.find('\n', at), all.size());
+        ++number;
+        const std::string_view line(all.data() + at, end - at);
+        const auto j = nlohmann::json::parse(line, nullptr, false);
+        if (!j.is_string())
+          fail_file(opt->input, "{}: line {} is not a JSON string (--jsonl: one JSON string per line)", opt->input,
+                    number);
+        texts.push_back(j.get<std::string>());
+        at = end + 1;
+      }
     }
-    line.push_back('\n');
-    write_raw(line);
+    std::string out;
+    for (const std::string& text : texts) {
+      const std::vector<TokenId> ids = tokenizer->encode(text, opt->allow_special);
+      for (size_t i = 0; i < ids.size(); ++i) {
+        if (i) out.push_back(' ');
+        out += std::to_string(ids[i]);
+      }
+      out.push_back('\n');
+    }
+    write_raw(out);
   });
 
   auto* detok = app.add_subcommand("detokenize", "Write the text of token ids, as raw bytes");

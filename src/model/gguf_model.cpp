@@ -8,6 +8,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <utility>
 
 #include "core/error.h"
@@ -29,6 +30,34 @@ using Metadata = std::vector<std::pair<std::string, GgufValue>>;
 constexpr int64_t kTokenNormal = 1;
 constexpr int64_t kTokenControl = 3;
 constexpr int64_t kTokenUserDefined = 4;
+constexpr int64_t kTokenUnused = 5;
+
+// The tokenizer.ggml.pre name llama.cpp runs each byte-level BPE pattern under: the pre-tokenizer
+// types whose regular expressions (src/llama-vocab.cpp) are GPT-2's, its default chain, tiktoken's
+// cl100k_base pattern (its LLAMA3 type, written "llama-bpe" as convert_hf_to_gguf.py does for
+// Llama 3) and o200k_base's (GPT4O).
+const char* gguf_pre_of(ByteBpeTokenizer::Pattern p) {
+  switch (p) {
+    case ByteBpeTokenizer::Pattern::Gpt2:
+      return "gpt-2";
+    case ByteBpeTokenizer::Pattern::LlamaCppDefault:
+      return "default";
+    case ByteBpeTokenizer::Pattern::Cl100k:
+      return "llama-bpe";
+    case ByteBpeTokenizer::Pattern::O200k:
+      return "gpt-4o";
+  }
+  return "gpt-2";
+}
+
+// The pattern of a tokenizer.ggml.pre name (the names llama.cpp gives those types), if any.
+std::optional<ByteBpeTokenizer::Pattern> pattern_of_gguf_pre(const std::string& pre) {
+  if (pre == "gpt-2" || pre == "gpt2") return ByteBpeTokenizer::Pattern::Gpt2;
+  if (pre == "default") return ByteBpeTokenizer::Pattern::LlamaCppDefault;
+  if (pre == "llama-bpe" || pre == "llama3" || pre == "llama-v3") return ByteBpeTokenizer::Pattern::Cl100k;
+  if (pre == "gpt-4o" || pre == "llama4") return ByteBpeTokenizer::Pattern::O200k;
+  return std::nullopt;
+}
 
 // general.file_type (llama_ftype): what most tensors are.
 uint32_t file_type_of(GgufExportType t) {
@@ -180,9 +209,6 @@ void add_tokenizer_metadata(Metadata& md, const Tokenizer& tok) {
   const std::string kind = tok.kind();
   if (kind == "byte-bpe") {
     const auto& bpe = dynamic_cast<const ByteBpeTokenizer&>(tok);
-    if (bpe.pattern() != ByteBpeTokenizer::Pattern::Gpt2 && bpe.pattern() != ByteBpeTokenizer::Pattern::LlamaCppDefault)
-      fail_unsupported("tokenizer", "the byte-level BPE pre-tokenizer '{}' has no GGUF mapping in tformer yet",
-                       ByteBpeTokenizer::pattern_name(bpe.pattern()));
     const auto specials = bpe.special_tokens();
     std::map<TokenId, std::string> special_of_id;
     for (const auto& [text, id] : specials) special_of_id[id] = text;
@@ -191,6 +217,12 @@ void add_tokenizer_metadata(Metadata& md, const Tokenizer& tok) {
       if (special != special_of_id.end()) {
         tokens.push_back(special->second);
         types.push_back(kTokenControl);
+      } else if (!bpe.is_token(id)) {
+        // An unused id among the special tokens (cl100k_base's 100256, 100261..100275): GGUF lists
+        // every id, so it gets a placeholder of type UNUSED, which llama.cpp never matches in text
+        // (the name convert_hf_to_gguf.py gives such ids).
+        tokens.push_back(fmt::format("[PAD{}]", id));
+        types.push_back(kTokenUnused);
       } else {
         tokens.push_back(gpt2_bytes_to_unicode(bpe.token_bytes(id)));
         types.push_back(kTokenNormal);
@@ -198,7 +230,7 @@ void add_tokenizer_metadata(Metadata& md, const Tokenizer& tok) {
     }
     for (const auto& [a, b] : bpe.merges())
       merges.push_back(gpt2_bytes_to_unicode(bpe.token_bytes(a)) + " " + gpt2_bytes_to_unicode(bpe.token_bytes(b)));
-    pre = bpe.pattern() == ByteBpeTokenizer::Pattern::Gpt2 ? "gpt-2" : "default";
+    pre = gguf_pre_of(bpe.pattern());
   } else if (kind == "char") {
     // One token per byte of the alphabet and no merges: llama.cpp's BPE then leaves every byte a
     // token of its own, whatever its pre-tokenizer splits.
@@ -654,10 +686,12 @@ std::unique_ptr<Tokenizer> read_gpt2_tokenizer(const GgufFile& f, const GgufRead
   }
   // llama.cpp reads a missing pre-tokenizer as "default" (and warns that quality suffers).
   const std::string pre = r.string_or("tokenizer.ggml.pre", "default");
-  if (pre != "gpt-2" && pre != "gpt2" && pre != "default")
+  const auto pattern = pattern_of_gguf_pre(pre);
+  if (!pattern)
     fail_unsupported("tokenizer.ggml.pre",
                      "{}: tokenizer.ggml.pre '{}': tformer's byte-level BPE splits text with GPT-2's pattern "
-                     "(\"gpt-2\") or llama.cpp's default chain (\"default\") only",
+                     "(\"gpt-2\"), llama.cpp's default chain (\"default\"), tiktoken's cl100k_base pattern "
+                     "(\"llama-bpe\", \"llama3\", \"llama-v3\") or o200k_base's (\"gpt-4o\", \"llama4\") only",
                      f.path(), pre);
   const size_t n_specials_start = 256 + merges.size();
   if (tokens.size() < n_specials_start)
@@ -691,6 +725,7 @@ std::unique_ptr<Tokenizer> read_gpt2_tokenizer(const GgufFile& f, const GgufRead
   }
   std::map<std::string, TokenId> specials;
   for (size_t id = n_specials_start; id < tokens.size(); ++id) {
+    if (types[id] == kTokenUnused) continue;  // an unused id: no token (a gap among the specials)
     if (!is_special(id))
       fail_unsupported("tokenizer.ggml.tokens",
                        "{}: token {} '{}' comes after the merges' tokens but is not a control token", f.path(), id,
@@ -698,7 +733,7 @@ std::unique_ptr<Tokenizer> read_gpt2_tokenizer(const GgufFile& f, const GgufRead
     specials.emplace(tokens[id], static_cast<TokenId>(id));
   }
   auto bpe = std::make_unique<ByteBpeTokenizer>(byte_of_id, std::move(pairs), std::move(specials));
-  if (pre == "default") bpe->set_pattern(ByteBpeTokenizer::Pattern::LlamaCppDefault);
+  bpe->set_pattern(*pattern);
   return bpe;
 }
 

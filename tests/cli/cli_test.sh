@@ -117,6 +117,17 @@ check "batch line 1 equals prompt 1 alone" test "$(sed -n 2p "$tmp/batch.txt")" 
 check "generate without a prompt exits 1" test "$rc" -eq 1
 check "... and says what is needed" grep -q -- "--prompt TEXT or --prompts-file FILE" "$tmp/err.txt"
 
+# tokenize --jsonl: one JSON string per line in, one line of ids per text out, same ids as one by one;
+# a line that is not a JSON string is an error naming it, with nothing printed.
+printf '"hi"\n"a\\nb"\n""\n' > "$tmp/texts.jsonl"
+check "tokenize --jsonl" test "$("$tf" tokenize --tokenizer char --jsonl --input "$tmp/texts.jsonl")" = "$(printf '104 105\n97 10 98\n')"
+check "... one line per text, an empty text an empty line" test "$("$tf" tokenize --tokenizer char --jsonl --input "$tmp/texts.jsonl" | wc -l)" -eq 3
+printf '"ok"\nnot json\n' > "$tmp/bad.jsonl"
+out=$("$tf" tokenize --tokenizer char --jsonl --input "$tmp/bad.jsonl" 2> "$tmp/err.txt"); rc=$?
+check "tokenize --jsonl bad line exits 1" test "$rc" -eq 1
+check "... naming the line" grep -q "line 2 is not a JSON string" "$tmp/err.txt"
+check "... printing nothing" test -z "$out"
+
 # tokenizer train --pattern: the pattern is kept in the JSON; GPT-2's two files cannot keep it (a note
 # says so); an unknown pattern is refused.
 printf 'It IS 1234567 DON'"'"'T stop.\nWe ARE 7654321 WON'"'"'T go!\n%.0s' $(seq 300) > "$tmp/corpus.txt"
