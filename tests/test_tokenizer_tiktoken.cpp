@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <iostream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "core/threads.h"
 #include "test_util.h"
 #include "tokenizer/byte_bpe.h"
+#include "tokenizer/gpt2_pretokenize.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tformer {
@@ -74,6 +76,91 @@ TEST_P(Tiktoken, IdsEqualTiktokenOnEveryFixture) {
     ++checked;
   }
   EXPECT_EQ(checked, j["cases"].size() + j["files"].size());
+}
+
+// How each alternation of the two patterns is verified: the fixture's ids are tiktoken's, and for
+// every alternation a mutant pattern (that alternation removed or weakened, everything else as
+// compiled) gives ids that differ from tiktoken's on at least one fixture case. So no alternation
+// can be wrong, missing or superfluous without some fixture case failing. (The mutant's ids: its
+// pieces, each encoded by the real vocabulary.) The cases that catch each mutant are listed in
+// docs/tokenizers.md. One part of each pattern no ids can pin: that a word's one-character prefix
+// is not a line end ([^\r\n\p{L}\p{N}]?) -- neither vocabulary has a token holding a line end
+// followed by a letter, so "\nword" as one piece or two gives the same ids.
+TEST_P(Tiktoken, EveryAlternationOfThePatternIsPinnedByAFixtureCase) {
+  const auto& bpe = dynamic_cast<const ByteBpeTokenizer&>(*tok_);
+  const bool cl100k = std::string(GetParam().name) == "cl100k_base";
+  const std::string pattern = (cl100k ? Gpt2PreTokenizer::cl100k() : Gpt2PreTokenizer::o200k()).pattern();
+  // The white-space class as compiled: the text between "|[" and "]+" at the end of the pattern.
+  const size_t last = pattern.rfind("|[");
+  const std::string ws = pattern.substr(last + 2, pattern.size() - last - 4);
+  const std::string contractions = "(?i:'s|'t|'re|'ve|'m|'ll|'d)";
+  const std::string prefix = "[^\\r\\n\\p{L}\\p{N}]?";
+  const std::string upper = "[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]", lower = "[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]";
+  const std::string punct = " ?[^" + ws + "\\p{L}\\p{N}]+";
+  const std::string newline_run = "|[" + ws + "]*[\\r\\n]+", trailing_ws = "|[" + ws + "]+(?![^" + ws + "])";
+  // Each mutant: a name and (from, to) replacements, each `from` required to occur (all
+  // occurrences replaced).
+  struct Mutant {
+    std::string name;
+    std::vector<std::pair<std::string, std::string>> edits;
+  };
+  std::vector<Mutant> mutants;
+  const auto add = [&](std::string name, std::vector<std::pair<std::string, std::string>> edits) {
+    mutants.push_back({std::move(name), std::move(edits)});
+  };
+  if (cl100k) {
+    add("contractions removed", {{contractions + "|", ""}});
+    add("contractions case-sensitive", {{"(?i:", "(?:"}});
+    add("letters without their one-character prefix", {{prefix + "\\p{L}+", "\\p{L}+"}});
+    add("punctuation without trailing line ends", {{punct + "[\\r\\n]*", punct}});
+  } else {
+    add("lower-case-first words removed", {{prefix + upper + "*" + lower + "+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|", ""}});
+    add("upper-case-first words removed",
+        {{"|" + prefix + upper + "+" + lower + "*(?i:'s|'t|'re|'ve|'m|'ll|'d)?", ""}});
+    add("words without contractions", {{"(?i:'s|'t|'re|'ve|'m|'ll|'d)?", ""}});
+    add("contractions case-sensitive", {{"(?i:", "(?:"}});
+    add("marks not part of words", {{"\\p{Lo}\\p{M}]", "\\p{Lo}]"}});
+    add("words without their one-character prefix", {{prefix, ""}});
+    add("punctuation without trailing line ends and slashes", {{punct + "[\\r\\n/]*", punct}});
+    add("punctuation without trailing slashes", {{punct + "[\\r\\n/]*", punct + "[\\r\\n]*"}});
+  }
+  add("digits in runs of any length", {{"\\p{N}{1,3}", "\\p{N}+"}});
+  add("digits one at a time", {{"\\p{N}{1,3}", "\\p{N}"}});
+  add("punctuation without its optional space", {{punct, "[^" + ws + "\\p{L}\\p{N}]+"}});
+  add("white space then line ends removed", {{newline_run, ""}});
+  add("white space not before a non-space removed", {{trailing_ws, ""}});
+  add("the last white-space run one character at a time", {{"|[" + ws + "]+", "|[" + ws + "]"}});
+  // \s is Unicode's White_Space in tiktoken's regex crate; PCRE2's own \s would leave out U+0085.
+  add("white space without U+0085", {{"\\x{85}", ""}});
+
+  const auto j = nlohmann::json::parse(test::read_file(std::string("fixtures/tiktoken_") + GetParam().name + ".json"));
+  for (const Mutant& m : mutants) {
+    std::string mutant = pattern;
+    for (const auto& [from, to] : m.edits) {
+      ASSERT_NE(mutant.find(from), std::string::npos) << m.name << ": '" << from << "' is not in the pattern";
+      for (size_t at = mutant.find(from); at != std::string::npos; at = mutant.find(from, at + to.size()))
+        mutant.replace(at, from.size(), to);
+    }
+    ASSERT_NE(mutant, pattern) << m.name;
+    // Any one character where the mutant matches nothing (a pattern must match everywhere).
+    mutant += "|(?s:.)";
+    const Gpt2PreTokenizer split(mutant.c_str());
+    std::vector<std::string> caught;
+    for (const auto& c : j["cases"]) {
+      if (!c.contains("text") || c["allow_special"].get<bool>()) continue;
+      const std::string text = c["text"].get<std::string>();
+      Ids ids;
+      split.for_each_piece(text, [&](std::string_view piece) {
+        const Ids p = bpe.encode_piece(piece);
+        ids.insert(ids.end(), p.begin(), p.end());
+      });
+      if (ids != c["ids"].get<Ids>()) caught.push_back(c["name"].get<std::string>());
+    }
+    EXPECT_FALSE(caught.empty()) << "no fixture case tells the pattern from the mutant: " << m.name;
+    std::string list;
+    for (const auto& name : caught) list += (list.empty() ? "" : ", ") + name;
+    std::cout << GetParam().name << ", mutant \"" << m.name << "\": caught by " << list << "\n";
+  }
 }
 
 TEST_P(Tiktoken, AnyBytesRoundTrip) {

@@ -90,7 +90,7 @@ std::string pcre2_message(int code) {
 
 }  // namespace
 
-Gpt2PreTokenizer::Gpt2PreTokenizer(const char* pattern) {
+Gpt2PreTokenizer::Gpt2PreTokenizer(const char* pattern) : pattern_(pattern) {
   int error = 0;
   PCRE2_SIZE offset = 0;
   pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern), PCRE2_ZERO_TERMINATED,

@@ -34,6 +34,7 @@
 
 #include <cstddef>
 #include <functional>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -94,9 +95,13 @@ class Gpt2PreTokenizer {
   static size_t valid_run_end(std::string_view text, size_t i);
   static size_t invalid_run_end(std::string_view text, size_t i);
 
+  // The pattern as compiled (\s spelled out as above).
+  const std::string& pattern() const { return pattern_; }
+
  private:
   // End of the pattern's match at `at` in valid (valid UTF-8, at < valid.size()).
   size_t match_end(std::string_view valid, size_t at) const;
+  std::string pattern_;
   void* code_ = nullptr;  // pcre2_code_8*
   bool jit_ = false;
 };

@@ -64,6 +64,13 @@ const modern = [
   ["digits_threes", "1 12 123 1234 12345 123456 1234567 \uFF11\uFF12\uFF13\uFF14 \u0661\u0662\u0663\u0664"],
   ["symbols_slash_lines", "a/b c// d!!/\n e?\r\n\r\n f.../ g -->/ \t/x"],
   ["line_end_runs", "x\n\n\ny \n \n z\r\r\n\n  \n\nw"],
+  // A contraction matters where letters follow it ("'s" of "'sample" is a piece of its own).
+  ["apostrophe_words", "'tis 'twas 'em 'Sorry 'Tall 'Dad 'Mad 'REally 'VEry 'LLama 'sample 'test 'reuse 'velvet " +
+                       "'mdash 'llama 'data 'Sam 'Tom 'Dick 'Mike 'Steve 'Don't x'Sx y'TT 're're'vision"],
+  // U+0085 (NEXT LINE) is white space to tiktoken (Unicode White_Space), not to PCRE2's own \s.
+  ["next_line_char", "x  \u0085 y \u0085a b\u0085.a \u0085! \u00851 z"],
+  // o200k's punctuation takes line ends and the slashes after them (";\n//" is one of its tokens).
+  ["code_slash_comments", "int main() {\n  f();\n// call\n  return 0;\n}\n\n// end\n/* block */\n.\n//x\r\n//y\n"],
   ["unicode_15_16", "a\u{1FAE8}b \u{31350}\u{31351} \u{2EBF0}x \u{1E030}y \u{11F00}z \u{1E4D0}\u{1E4D1} \u{10D40}\u{10D41} \u{16D40} \u{1CC00}!"],
 ];
 const specialsOf = {
