@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Byte-level BPE encoding speed, tformer beside tiktoken, in one run on one corpus, with the same ids:
 # tiktoken's three encodings (gpt2, cl100k_base, o200k_base) against its native Rust build (npm
-# @anysphere/tiktoken-node, which has no gpt2) and its WASM build (npm tiktoken), both with the
-# exact versions of tools/reference/package-lock.json. Then linear time (tiktoken#195): one run of
-# "a" of 10^4 .. 10^7 bytes and a 10 MB line.
+# @anysphere/tiktoken-node 0.2.1, which has no gpt2; installed below into build-data/tiktoken-node)
+# and its WASM build (npm tiktoken, the exact version of tools/reference/package-lock.json). Then
+# linear time (tiktoken#195): one run of "a" of 10^4 .. 10^7 bytes and a 10 MB line.
 #   bench/bench_tokenizer.sh [BUILD_DIR] [CORPUS]     (defaults: build, ../shared/data/mix.txt)
 # Speeds are MB/s (10^6 bytes of text per second, wall clock, best of the runs); tformer's at one
 # thread (the goal: 5x the native build) and at every core. Exits non-zero when any ids differ.
@@ -15,8 +15,17 @@ ref="$root/tools/reference"
 bash "$root/scripts/fetch-gpt2-vocab.sh" >/dev/null
 bash "$root/scripts/fetch-tiktoken-vocab.sh" >/dev/null
 [[ -x "$build/bench/bench_tokenizer" ]] || { echo "build $build first (bench_tokenizer missing)" >&2; exit 1; }
-[[ -d "$ref/node_modules/@anysphere/tiktoken-node" && -d "$ref/node_modules/tiktoken" ]] ||
-  (cd "$ref" && npm ci --no-audit --no-fund --loglevel=error)
+[[ -d "$ref/node_modules/tiktoken" ]] || (cd "$ref" && npm ci --no-audit --no-fund --loglevel=error)
+# tiktoken's native build, at an exact version, in a folder of its own under build-data/ (its
+# package carries the linux-x64 binary itself; the per-platform optional packages are left out).
+native_version=0.2.1
+export TFORMER_TIKTOKEN_NODE_DIR="$root/build-data/tiktoken-node"
+if [[ "$(node -p "try { require('$TFORMER_TIKTOKEN_NODE_DIR/node_modules/@anysphere/tiktoken-node/package.json').version } catch { '' }")" != "$native_version" ]]; then
+  mkdir -p "$TFORMER_TIKTOKEN_NODE_DIR"
+  echo '{"name": "tformer-bench-tiktoken-node", "private": true}' > "$TFORMER_TIKTOKEN_NODE_DIR/package.json"
+  (cd "$TFORMER_TIKTOKEN_NODE_DIR" && npm install --no-audit --no-fund --loglevel=error --no-package-lock --omit=optional \
+     "@anysphere/tiktoken-node@$native_version")
+fi
 
 tik() { (cd "$ref" && node bench_tiktoken.mjs "$@"); }
 declare -A anchor
@@ -86,5 +95,5 @@ const line = ["gpt2", "cl100k_base", "o200k_base"].map((e) => {
 console.log(`one line of ${ours.find((x) => x.name.startsWith("BM_EncodeOneLine/")).bytes} bytes, 1 thread: ${line.join("; ")}`);
 if (!same) { console.error("ids differ from tiktoken"); process.exit(1); }
 ' "$anchors_json" "$runs_json" "$ours" "$corpus" \
-  "$(cd "$ref" && node -p 'const v = (p) => JSON.parse(require("fs").readFileSync(`node_modules/${p}/package.json`)).version;
-                             `tiktoken ${v("tiktoken")} (WASM), @anysphere/tiktoken-node ${v("@anysphere/tiktoken-node")} (native)`')"
+  "$(cd "$ref" && node -p 'const v = (p) => JSON.parse(require("fs").readFileSync(`${p}/package.json`)).version;
+                             `tiktoken ${v("node_modules/tiktoken")} (WASM), @anysphere/tiktoken-node ${v(process.env.TFORMER_TIKTOKEN_NODE_DIR + "/node_modules/@anysphere/tiktoken-node")} (native)`')"

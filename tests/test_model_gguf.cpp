@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -456,7 +457,11 @@ TEST_F(GgufModelTest, TiktokenPatternsAndUnusedIdsTravelByLlamaCppsNames) {
     tok.set_pattern(pattern);
     ASSERT_EQ(non_token_ids(tok, tok.vocab_size()), (std::vector<TokenId>{first + 1, first + 2}));
     auto m = random_model(config(("{\"vocab_size\": " + std::to_string(tok.vocab_size()) + "}").c_str()), 3);
-    export_gguf(path("t.gguf"), *m, tok, "", GgufExportType::F32);
+    const GgufExportReport report = export_gguf(path("t.gguf"), *m, tok, "", GgufExportType::F32);
+    // o200k's export says where llama.cpp's gpt-4o pre-tokenizer differs (combining marks).
+    EXPECT_EQ(std::count_if(report.notes.begin(), report.notes.end(),
+                            [](const std::string& n) { return n.find("combining mark") != std::string::npos; }),
+              pattern == P::O200k ? 1 : 0);
     const GgufFile f = GgufFile::open(path("t.gguf"));
     EXPECT_EQ(f.find_value("tokenizer.ggml.pre")->s, pre);
     EXPECT_EQ(f.find_value("tokenizer.ggml.tokens")->strings[first + 1], "[PAD" + std::to_string(first + 1) + "]");
@@ -479,12 +484,9 @@ TEST_F(GgufModelTest, TiktokenPatternsAndUnusedIdsTravelByLlamaCppsNames) {
 TEST_F(GgufModelTest, TheRealTiktokenVocabulariesComeBackIdentical) {
   for (const char* name : {"cl100k_base", "o200k_base"}) {
     SCOPED_TRACE(name);
-    std::unique_ptr<Tokenizer> tok;
-    try {
-      tok = tokenizer_by_name(name);
-    } catch (const Error&) {
+    if (!std::filesystem::exists(std::string(TFORMER_SOURCE_DIR) + "/build-data/tiktoken/" + name + ".json"))
       GTEST_SKIP() << name << " is not in build-data/tiktoken (scripts/fetch-tiktoken-vocab.sh)";
-    }
+    const std::unique_ptr<Tokenizer> tok = tokenizer_by_name(name);
     auto m = random_model(config(("{\"vocab_size\": " + std::to_string(tok->vocab_size()) +
                                   ", \"d_model\": 8, "
                                   "\"n_heads\": 2, \"n_layers\": 1, \"d_ff\": 8}")

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -76,6 +77,40 @@ TEST(ByteBpeWorked, AnySplitOfATokenMerges) {
   EXPECT_EQ(tok.encode_piece("abcd"), (Ids{258, 100}));
   EXPECT_EQ(tok.encode_piece("abcd", 1), (Ids{258, 100}));
   EXPECT_EQ(tok.encode_piece("abcd", 2), (Ids{258, 100}));
+}
+
+// Random vocabularies over a four-letter alphabet (merges of any two earlier tokens, so many
+// tokens have splits whose parts outrank them) and random pieces: the scan, the heap and the rank
+// buckets give the same tokens.
+TEST(ByteBpeWorked, AllThreeMergeOrdersAgreeOnRandomVocabularies) {
+  Rng rng(23);
+  for (int vocab = 0; vocab < 60; ++vocab) {
+    std::vector<std::string> bytes_of;
+    for (int b = 0; b < 256; ++b) bytes_of.emplace_back(1, static_cast<char>(b));
+    std::vector<ByteBpeTokenizer::Merge> merges;
+    std::set<std::string> seen(bytes_of.begin(), bytes_of.end());
+    const std::vector<TokenId> letters{'a', 'b', 'c', 'd'};
+    for (int tries = 0; tries < 400 && merges.size() < 40; ++tries) {
+      const auto pick = [&] {
+        const size_t n = letters.size() + merges.size();
+        const size_t k = rng.below(n);
+        return k < letters.size() ? letters[k] : static_cast<TokenId>(256 + k - letters.size());
+      };
+      const TokenId a = pick(), b = pick();
+      const std::string joined = bytes_of[a] + bytes_of[b];
+      if (joined.size() > 6 || !seen.insert(joined).second) continue;
+      merges.emplace_back(a, b);
+      bytes_of.push_back(joined);
+    }
+    const ByteBpeTokenizer tok(identity_bytes(), merges, {});
+    for (int trial = 0; trial < 40; ++trial) {
+      std::string piece(1 + rng.below(70), 'a');
+      for (char& c : piece) c = "abcd"[rng.below(4)];
+      const Ids scan = tok.encode_piece(piece, 1);
+      ASSERT_EQ(tok.encode_piece(piece, 2), scan) << "vocabulary " << vocab << ": " << piece;
+      ASSERT_EQ(tok.encode_piece(piece, 3), scan) << "vocabulary " << vocab << ": " << piece;
+    }
+  }
 }
 
 TEST(ByteBpeWorked, SpecialTokensOnlyWhenAllowed) {

@@ -114,8 +114,10 @@ void register_tokenize(CLI::App& app) {
         const std::string_view line(all.data() + at, end - at);
         const auto j = nlohmann::json::parse(line, nullptr, false);
         if (!j.is_string())
-          fail_file(opt->input, "{}: line {} is not a JSON string (--jsonl: one JSON string per line)", opt->input,
-                    number);
+          fail_file(opt->input,
+                    "{}: line {} is not one valid JSON string (--jsonl: one JSON string per line, as JSON.stringify "
+                    "writes it)",
+                    opt->input, number);
         texts.push_back(j.get<std::string>());
         at = end + 1;
       }

@@ -502,6 +502,12 @@ GgufExportReport export_gguf(const std::string& path, Model& model, const Tokeni
           "where sentencepiece does not, so text containing them tokenizes differently there",
           n));
   }
+  if (const auto* bpe = dynamic_cast<const ByteBpeTokenizer*>(&tokenizer);
+      bpe && bpe->pattern() == ByteBpeTokenizer::Pattern::O200k)
+    report.notes.push_back(
+        "tokenizer: o200k's pattern written as llama.cpp's \"gpt-4o\", whose rewrite of it ends a word at a combining "
+        "mark (\\p{M}) where tiktoken and tformer keep the mark in the word, so text with marks (Devanagari vowel "
+        "signs, accents written as marks) tokenizes differently there");
   if (!tokenizer.eot_id() && tokenizer.kind() != "sentencepiece") {
     std::string text;
     tokenizer.append_token_bytes(end_of_text_for(tokenizer), text);

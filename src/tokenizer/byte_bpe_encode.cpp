@@ -206,13 +206,17 @@ void ByteBpeTokenizer::merge_heap(std::vector<TokenId>& parts) const {
 }
 
 void ByteBpeTokenizer::merge_buckets(std::vector<TokenId>& parts) const {
-  // The heap replaced by one bucket per rank. A merge makes an id larger than both of its parts
-  // (merges only use earlier ids), so every pair it creates has a larger rank than the one being
-  // merged: taking the buckets in increasing rank, each bucket is complete when its turn comes,
-  // and is done leftmost first. Entries arrive in position order within one bucket's pass but
-  // passes interleave, so a bucket is sorted by position when it is not already. The time is
-  // linear in the piece plus the number of ranks (one array of that size, which is why shorter
-  // pieces take the heap).
+  // The heap replaced by one bucket per rank, taken in increasing rank, each bucket leftmost first.
+  // This is the heap's order as long as no merge creates a pair of lower rank than its own: then
+  // each bucket is complete when its turn comes. A merge's id is larger than the ids it joins, but
+  // the pair table holds every split of every token, and some tokens have a split with a part of
+  // higher rank than themselves (in cl100k_base, tens of thousands). No such pair has been seen to
+  // form in a real encoding (a token is its own BPE encoding: from_tiktoken checks it), but
+  // nothing guarantees it for every vocabulary, so if one forms the piece is redone by the heap.
+  // Entries arrive in position order within one bucket's pass but passes interleave, so a bucket
+  // is sorted by position when it is not already. The time is linear in the piece plus the
+  // number of ranks (one array of that size, which is why shorter pieces take the heap).
+  const std::vector<TokenId> original = parts;
   PartList list(parts);
   struct Entry {
     int32_t pos;
@@ -224,9 +228,12 @@ void ByteBpeTokenizer::merge_buckets(std::vector<TokenId>& parts) const {
   const size_t ranks = tokens_.size();
   std::vector<int32_t> head(ranks, -1), tail(ranks, -1);
   TokenId lowest = static_cast<TokenId>(ranks);
+  size_t current = 0;  // the bucket being merged
+  bool out_of_order = false;
   const auto queue = [&](int32_t pos, TokenId left, TokenId right) {
     const TokenId merged = tables_->pairs.find(left, right);
     if (merged < 0) return;
+    if (static_cast<size_t>(merged) < current) out_of_order = true;
     const int32_t e = static_cast<int32_t>(entries.size());
     entries.push_back({pos, left, right, -1});
     (tail[merged] < 0 ? head[merged] : entries[tail[merged]].link) = e;
@@ -235,8 +242,9 @@ void ByteBpeTokenizer::merge_buckets(std::vector<TokenId>& parts) const {
   };
   for (int32_t i = 0; i + 1 < list.size(); ++i) list.offer(i, queue);
   std::vector<Entry> bucket;
-  for (size_t r = static_cast<size_t>(lowest); r < ranks; ++r) {
+  for (size_t r = static_cast<size_t>(lowest); r < ranks && !out_of_order; ++r) {
     if (head[r] < 0) continue;
+    current = r;
     // Merges during this bucket's pass queue pairs in later buckets only, so its list stays as it is.
     bool sorted = true;
     for (int32_t e = head[r]; sorted && entries[e].link >= 0; e = entries[e].link)
@@ -252,6 +260,11 @@ void ByteBpeTokenizer::merge_buckets(std::vector<TokenId>& parts) const {
     for (int32_t e = head[r]; e >= 0; e = entries[e].link) bucket.push_back(entries[e]);
     std::sort(bucket.begin(), bucket.end(), [](const Entry& a, const Entry& b) { return a.pos < b.pos; });
     for (const Entry& c : bucket) apply(c);
+  }
+  if (out_of_order) {
+    parts = original;
+    merge_heap(parts);
+    return;
   }
   list.compact();
 }

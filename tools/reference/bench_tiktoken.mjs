@@ -26,7 +26,15 @@ if (build === "wasm") {
   encode = async (t) => enc.encode_ordinary(t);
   free = () => enc.free();
 } else {
-  const native = createRequire(import.meta.url)("@anysphere/tiktoken-node");
+  // Installed by bench/bench_tokenizer.sh into $TFORMER_TIKTOKEN_NODE_DIR/node_modules (not in this
+  // folder's package.json: the npm mirror here has only its linux-x64 build, so the lock file
+  // npm writes for it cannot be installed with npm ci).
+  const dir = process.env.TFORMER_TIKTOKEN_NODE_DIR;
+  if (!dir) {
+    console.error("set TFORMER_TIKTOKEN_NODE_DIR to the folder holding node_modules/@anysphere/tiktoken-node");
+    process.exit(2);
+  }
+  const native = createRequire(`${dir}/package.json`)("@anysphere/tiktoken-node");
   const tok = native.getTokenizer();
   if (encoding === "cl100k_base") encode = (t) => tok.encodeCl100KNoSpecialTokens(t);
   else if (encoding === "o200k_base")
