@@ -48,6 +48,27 @@ void expect_pieces_concatenate(const Pre& pre, uint64_t seed) {
 
 TEST(Gpt2PreTokenizer, PiecesConcatenateToAnyInput) { expect_pieces_concatenate(Gpt2PreTokenizer::instance(), 5); }
 
+// tiktoken's patterns on hand-cut examples, invalid UTF-8 handled as for GPT-2's: an invalid run is
+// one piece, the valid runs around it split as if alone.
+TEST(Gpt2PreTokenizer, Cl100kAndO200kPiecesOfHandCutExamples) {
+  const auto& cl = Gpt2PreTokenizer::cl100k();
+  const auto& o2 = Gpt2PreTokenizer::o200k();
+  EXPECT_EQ(cl.split("THEY'RE 12345  \n x"),
+            (std::vector<std::string_view>{"THEY", "'RE", " ", "123", "45", "  \n", " x"}));
+  EXPECT_EQ(o2.split("CamelCase THEY'RE x.\n/y"),
+            (std::vector<std::string_view>{"Camel", "Case", " THEY'RE", " x", ".\n/", "y"}));
+  for (const Gpt2PreTokenizer* pre : {&cl, &o2}) {
+    EXPECT_EQ(pre->split("ab\xff\xfe cd  \x80"),
+              (std::vector<std::string_view>{"ab", "\xff\xfe", " cd", "  ", "\x80"}));
+    EXPECT_EQ(pre->split("x\xc3'S"), (std::vector<std::string_view>{"x", "\xc3", "'S"}));
+  }
+}
+
+TEST(Gpt2PreTokenizer, Cl100kAndO200kPiecesConcatenateToAnyInput) {
+  expect_pieces_concatenate(Gpt2PreTokenizer::cl100k(), 7);
+  expect_pieces_concatenate(Gpt2PreTokenizer::o200k(), 8);
+}
+
 using Pieces = std::vector<std::string_view>;
 
 TEST(LlamaCppDefaultPreTokenizer, PiecesOfHandCutExamples) {

@@ -159,6 +159,11 @@ if [[ -f "$here/../build-data/tiktoken/cl100k_base.json" || -n "${TFORMER_TIKTOK
   check "init --tokenizer cl100k_base takes its vocabulary size" grep -q '"vocab_size":100277' "$tmp/out.txt"
   check "... and the model file tokenizes as cl100k_base" \
     test "$("$tf" tokenize --tokenizer "$tmp/cl.safetensors" --text 'Hello world')" = "9906 1917"
+  "$tf" train --data "$tmp/corpus.txt" --tokenizer o200k_base --config "$tmp/tiny.json" --batch 2 --context 16 \
+    --steps 3 --eval-every 3 --eval-steps 1 --val-fraction 0.2 --seed 1 --out "$tmp/o2run" > "$tmp/train.log" 2>&1
+  check "train --tokenizer o200k_base" test $? -eq 0 -a -f "$tmp/o2run/model.safetensors"
+  check "... its model tokenizes as o200k_base" \
+    test "$("$tf" tokenize --tokenizer "$tmp/o2run/model.safetensors" --text 'Hello world')" = "13225 2375"
 fi
 # generate never samples an unused id: a vocabulary whose one extra special token sits at id 4000
 # leaves most of its 4,001 ids unused, which hot sampling from a random model would hit at almost every token.
