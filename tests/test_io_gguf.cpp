@@ -216,7 +216,11 @@ TEST_F(GgufTest, BrokenHeadersNameTheField) {
                "tokenizer.ggml.tokens", "array of arrays");
   // Tensor "b": 5 dimensions; an unknown ggml type; a misaligned offset; past the end; overlapping "a".
   EXPECT_ERROR(GgufFile::open(write(patched<uint32_t>(t2 + 9, 5))), ErrorKind::BadFile, "b", "dimensions");
-  EXPECT_ERROR(GgufFile::open(write(patched<uint32_t>(t2 + 9 + 4 + 8, 7))), ErrorKind::Unsupported, "b", "ggml type 7");
+  EXPECT_ERROR(GgufFile::open(write(patched<uint32_t>(t2 + 9 + 4 + 8, 7))), ErrorKind::Unsupported, "b",
+               "ggml type Q5_1 (7)");
+  // The super-block types most published 4-bit files use are named too (tformer reads none of them).
+  EXPECT_ERROR(GgufFile::open(write(patched<uint32_t>(t2 + 9 + 4 + 8, 12))), ErrorKind::Unsupported, "b", "Q4_K (12)");
+  EXPECT_ERROR(GgufFile::open(write(patched<uint32_t>(t2 + 9 + 4 + 8, 14))), ErrorKind::Unsupported, "b", "Q6_K (14)");
   EXPECT_ERROR(GgufFile::open(write(patched<uint64_t>(t2 + 9 + 4 + 8 + 4, 33))), ErrorKind::BadFile, "b", "alignment");
   EXPECT_ERROR(GgufFile::open(write(patched<uint64_t>(t2 + 9 + 4 + 8 + 4, 64))), ErrorKind::BadFile, "b",
                "past the data section");

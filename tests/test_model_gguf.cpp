@@ -17,6 +17,7 @@
 #include "core/float16.h"
 #include "core/rng.h"
 #include "io/gguf.h"
+#include "kernels/quant.h"
 #include "kernels/softmax.h"
 #include "model/checkpoint.h"
 #include "model/gguf_model.h"
@@ -243,6 +244,61 @@ TEST_F(GgufModelTest, HalfPrecisionExportsTheRoundedMatricesAndFloat32Vectors) {
     }
   }
   EXPECT_ERROR(parse_gguf_export_type("q4_1"), ErrorKind::BadInput, "--type", "q4_1");
+}
+
+// ---- Q8_0 and Q4_0 ------------------------------------------------------------------------------
+
+// Every weight matrix in the block type (the token embedding and the output matrix included), the
+// position table, norms and biases in F32; read back, each matrix is exactly the dequantization of
+// its quantization (kernels/quant.h), and general.file_type is llama.cpp's MOSTLY_Q8_0 / Q4_0.
+TEST_F(GgufModelTest, BlockTypesQuantizeEveryMatrixAndReadBackDequantized) {
+  const auto tok = CharTokenizer::bytes();
+  auto m = random_model(config(R"({"d_model": 64, "d_ff": 96, "n_heads": 2, "activation": "gelu_tanh",
+                                   "tied_embeddings": false})"),
+                        9);
+  for (const auto& [type, ggml, file_type] :
+       {std::tuple{GgufExportType::Q8_0, GgmlType::Q8_0, 7u}, std::tuple{GgufExportType::Q4_0, GgmlType::Q4_0, 2u}}) {
+    SCOPED_TRACE(file_type);
+    const GgufExportReport report = export_gguf(path("q.gguf"), *m, tok, "", type);
+    const GgufFile f = GgufFile::open(path("q.gguf"));
+    EXPECT_EQ(f.find_value("general.file_type")->u, file_type);
+    for (const char* name : {"token_embd.weight", "blk.0.attn_qkv.weight", "blk.1.ffn_down.weight", "output.weight"})
+      EXPECT_EQ(f.tensor(name).type, static_cast<uint32_t>(ggml)) << name;
+    for (const char* name : {"position_embd.weight", "blk.0.attn_norm.weight", "blk.0.attn_qkv.bias"})
+      EXPECT_EQ(f.tensor(name).type, static_cast<uint32_t>(GgmlType::F32)) << name;
+    EXPECT_EQ(std::count_if(report.notes.begin(), report.notes.end(),
+                            [](const std::string& n) { return n.starts_with("position_embd.weight in F32"); }),
+              1);
+    LoadedModel back = load_model(path("q.gguf"));
+    for (const auto& e : m->params().entries()) {
+      const float* orig = m->params().data() + e.offset;
+      const float* got = tensor_of(*back.model, e.name);
+      const auto n = static_cast<size_t>(e.shape.numel());
+      std::vector<float> want(orig, orig + n);
+      if (e.shape.rank() == 2 && e.name != "pos_embeddings.weight") {
+        if (type == GgufExportType::Q8_0) {
+          std::vector<BlockQ8_0> q(n / kQuantBlockValues);
+          quantize_row_q8_0(std::span<const float>(orig, n), q);
+          dequantize_row_q8_0(q, want);
+        } else {
+          std::vector<BlockQ4_0> q(n / kQuantBlockValues);
+          quantize_row_q4_0(std::span<const float>(orig, n), q);
+          dequantize_row_q4_0(q, want);
+        }
+        EXPECT_NE(std::vector<float>(orig, orig + n), want) << e.name;  // quantizing changed something
+      }
+      // The fused attn_qkv is split back into wq, wk, wv: each row block is whole blocks itself.
+      for (size_t i = 0; i < n; ++i) ASSERT_EQ(got[i], want[i]) << e.name << "[" << i << "]";
+    }
+  }
+  // A matrix whose rows are not whole blocks stays F32, and the note says which.
+  auto odd = random_model(config(R"({"d_model": 16, "d_ff": 24})"), 9);
+  const GgufExportReport r = export_gguf(path("odd.gguf"), *odd, tok, "", GgufExportType::Q8_0);
+  EXPECT_EQ(GgufFile::open(path("odd.gguf")).tensor("blk.0.ffn_up.weight").type, static_cast<uint32_t>(GgmlType::F32));
+  EXPECT_EQ(std::count_if(r.notes.begin(), r.notes.end(),
+                          [](const std::string& n) { return n.find("blk.0.ffn_up.weight") != std::string::npos; }),
+            1);
+  EXPECT_EQ(parse_gguf_export_type("q4_0"), GgufExportType::Q4_0);
 }
 
 // ---- what is refused ----------------------------------------------------------------------------
@@ -678,16 +734,6 @@ TEST_F(GgufModelTest, BrokenAndForeignFilesAreErrorsNamingTheKeyOrTensor) {
       if (t.name == "blk.0.ffn_down.weight") std::swap(t.ne[0], t.ne[1]);
     write(p);
     EXPECT_ERROR(load_model(bad), ErrorKind::BadFile, "blk.0.ffn_down.weight", "ne");
-  }
-  {
-    // A Q8_0 tensor (the quantization issue's work): named, with its type.
-    Parts p = parts_of(path("ok.gguf"));
-    std::vector<uint8_t> q8(static_cast<size_t>(32 * 32 / 32 * 34), 0);
-    for (auto& t : p.tensors)
-      if (t.name == "blk.0.attn_q.weight")
-        t = {t.name, t.ne, static_cast<uint32_t>(GgmlType::Q8_0), q8.data(), q8.size()};
-    write(p);
-    EXPECT_ERROR(load_model(bad), ErrorKind::Unsupported, "blk.0.attn_q.weight", "Q8_0");
   }
   {
     Parts p = parts_of(path("ok.gguf"));

@@ -1,4 +1,5 @@
-// tformer export: a model file into llama.cpp's GGUF (model/gguf_model.h, docs/gguf.md).
+// tformer export: a model file into llama.cpp's GGUF (model/gguf_model.h, docs/gguf.md); tformer
+// quantize: the same with BF16, Q8_0 or Q4_0 weight matrices.
 // tformer import: a Hugging Face model folder into a tformer model file (model/hf_import.h).
 // tformer convert: a model with fewer key/value heads, pooled from its own (model/gqa_convert.h).
 #include <fmt/format.h>
@@ -81,9 +82,20 @@ void register_convert(CLI::App& app) {
   ec->add_option("--model", ex->model, "Model file (.safetensors or .gguf)")->required();
   ec->add_option("--format", ex->format, "gguf")->capture_default_str();
   ec->add_option("--out", ex->out, "Output file (.gguf)")->required();
-  ec->add_option("--type", ex->type, "Weight matrices as f32 | f16 | bf16 (norms and biases stay f32)")
+  ec->add_option("--type", ex->type,
+                 "Weight matrices as f32 | f16 | bf16 | q8_0 | q4_0 (norms and biases stay f32; docs/gguf.md)")
       ->capture_default_str();
   ec->callback([ex] { run_export(*ex); });
+
+  // tformer quantize: export with a smaller weight type (the same file `export --type` writes).
+  auto qz = std::make_shared<ExportOptions>();
+  auto* qc = app.add_subcommand("quantize", "Write a model as a GGUF file with BF16, Q8_0 or Q4_0 weight matrices");
+  qc->add_option("--model", qz->model, "Model file (.safetensors or .gguf)")->required();
+  qc->add_option("--type", qz->type, "bf16 | q8_0 | q4_0 (ggml's block formats; norms and biases stay f32)")
+      ->required()
+      ->check(CLI::IsMember({"bf16", "q8_0", "q4_0"}));
+  qc->add_option("--out", qz->out, "Output file (.gguf)")->required();
+  qc->callback([qz] { run_export(*qz); });
 
   auto im = std::make_shared<ImportOptions>();
   auto* ic = app.add_subcommand("import", "Write a Hugging Face model folder as a tformer model file");

@@ -204,18 +204,15 @@ bool ggml_type_layout(uint32_t type, int64_t& block, int64_t& block_bytes) {
 }
 
 std::string ggml_type_name(uint32_t type) {
-  switch (static_cast<GgmlType>(type)) {
-    case GgmlType::F32:
-      return "F32";
-    case GgmlType::F16:
-      return "F16";
-    case GgmlType::BF16:
-      return "BF16";
-    case GgmlType::Q8_0:
-      return "Q8_0";
-    case GgmlType::Q4_0:
-      return "Q4_0";
-  }
+  // ggml's type numbers (enum ggml_type), so that a file of a type tformer does not read is named.
+  static const std::pair<uint32_t, const char*> kNames[] = {
+      {0, "F32"},      {1, "F16"},     {2, "Q4_0"},     {3, "Q4_1"},   {6, "Q5_0"},    {7, "Q5_1"},   {8, "Q8_0"},
+      {9, "Q8_1"},     {10, "Q2_K"},   {11, "Q3_K"},    {12, "Q4_K"},  {13, "Q5_K"},   {14, "Q6_K"},  {15, "Q8_K"},
+      {16, "IQ2_XXS"}, {17, "IQ2_XS"}, {18, "IQ3_XXS"}, {19, "IQ1_S"}, {20, "IQ4_NL"}, {21, "IQ3_S"}, {22, "IQ2_S"},
+      {23, "IQ4_XS"},  {24, "I8"},     {25, "I16"},     {26, "I32"},   {27, "I64"},    {28, "F64"},   {29, "IQ1_M"},
+      {30, "BF16"},    {34, "TQ1_0"},  {35, "TQ2_0"},   {39, "MXFP4"}};
+  for (const auto& [number, name] : kNames)
+    if (number == type) return name;
   return "type " + std::to_string(type);
 }
 
@@ -291,8 +288,10 @@ GgufFile GgufFile::open(const std::string& path) {
     t.offset = c.scalar<uint64_t>(t.name);
     int64_t block = 0, block_bytes = 0;
     if (!ggml_type_layout(t.type, block, block_bytes))
-      fail_unsupported(t.name, "{}: tensor '{}' has ggml type {}, which this reader does not know", path, t.name,
-                       t.type);
+      fail_unsupported(t.name,
+                       "{}: tensor '{}' has ggml type {} ({}), which tformer does not read (F32, F16, BF16, Q8_0, "
+                       "Q4_0)",
+                       path, t.name, ggml_type_name(t.type), t.type);
     if (!t.ne.empty() && t.ne[0] % block != 0)
       fail_file(t.name, "{}: tensor '{}' of type {}: its first extent {} is not a multiple of the block size {}", path,
                 t.name, ggml_type_name(t.type), t.ne[0], block);

@@ -15,6 +15,7 @@
 #include "core/float16.h"
 #include "core/rng.h"
 #include "io/gguf.h"
+#include "kernels/quant.h"
 #include "kernels/softmax.h"
 #include "tokenizer/byte_bpe.h"
 #include "tokenizer/char_tokenizer.h"
@@ -68,6 +69,10 @@ uint32_t file_type_of(GgufExportType t) {
       return 1;
     case GgufExportType::BF16:
       return 32;
+    case GgufExportType::Q8_0:
+      return 7;  // LLAMA_FTYPE_MOSTLY_Q8_0
+    case GgufExportType::Q4_0:
+      return 2;  // LLAMA_FTYPE_MOSTLY_Q4_0
   }
   return 0;
 }
@@ -80,9 +85,15 @@ GgmlType ggml_type_of(GgufExportType t) {
       return GgmlType::F16;
     case GgufExportType::BF16:
       return GgmlType::BF16;
+    case GgufExportType::Q8_0:
+      return GgmlType::Q8_0;
+    case GgufExportType::Q4_0:
+      return GgmlType::Q4_0;
   }
   return GgmlType::F32;
 }
+
+bool is_block_type(GgmlType t) { return t == GgmlType::Q8_0 || t == GgmlType::Q4_0; }
 
 // Row r of each head of a [n_heads * hd, cols] projection, in llama.cpp's adjacent-pair order:
 // output row 2i of a head is input row i, output row 2i+1 is input row i + hd/2. `inverse` undoes it.
@@ -107,8 +118,21 @@ struct OutTensor {
   bool matrix = false;  // written in the export type; everything else in F32
 };
 
+// The values as ggml blocks of type Block, quantized by `quantize` (kernels/quant.h).
+template <typename Block>
+std::vector<uint8_t> encode_blocks(const std::vector<float>& v,
+                                   void (*quantize)(std::span<const float>, std::span<Block>)) {
+  std::vector<Block> blocks(v.size() / kQuantBlockValues);  // rows are whole blocks: checked by the caller
+  quantize(v, blocks);
+  std::vector<uint8_t> bytes(blocks.size() * sizeof(Block));
+  std::memcpy(bytes.data(), blocks.data(), bytes.size());
+  return bytes;
+}
+
 std::vector<uint8_t> encode_values(const std::vector<float>& v, GgmlType type) {
   std::vector<uint8_t> bytes;
+  if (type == GgmlType::Q8_0) return encode_blocks<BlockQ8_0>(v, quantize_row_q8_0);
+  if (type == GgmlType::Q4_0) return encode_blocks<BlockQ4_0>(v, quantize_row_q4_0);
   if (type == GgmlType::F32) {
     bytes.resize(v.size() * 4);
     std::memcpy(bytes.data(), v.data(), bytes.size());
@@ -290,7 +314,9 @@ GgufExportType parse_gguf_export_type(const std::string& s, const std::string& f
   if (s == "f32") return GgufExportType::F32;
   if (s == "f16") return GgufExportType::F16;
   if (s == "bf16") return GgufExportType::BF16;
-  fail_input(flag, "{}: unknown type '{}' (f32, f16 or bf16)", flag, s);
+  if (s == "q8_0") return GgufExportType::Q8_0;
+  if (s == "q4_0") return GgufExportType::Q4_0;
+  fail_input(flag, "{}: unknown type '{}' (f32, f16, bf16, q8_0 or q4_0)", flag, s);
 }
 
 std::string gguf_architecture_for(const ModelConfig& c) {
@@ -521,14 +547,27 @@ GgufExportReport export_gguf(const std::string& path, Model& model, const Tokeni
   std::vector<std::vector<uint8_t>> bytes;
   bytes.reserve(out.size());
   std::vector<GgufTensorToWrite> tensors;
+  std::vector<std::string> kept_f32;
   for (const auto& t : out) {
-    const GgmlType tt = t.matrix ? matrix_type : GgmlType::F32;
+    GgmlType tt = t.matrix ? matrix_type : GgmlType::F32;
+    if (is_block_type(tt) && (t.name == "position_embd.weight" || t.shape.back() % kQuantBlockValues != 0)) {
+      tt = GgmlType::F32;  // llama-quantize keeps position tables; blocks need rows of whole blocks
+      kept_f32.push_back(t.name);
+    }
     bytes.push_back(encode_values(t.values, tt));
     std::vector<int64_t> ne(t.shape.rbegin(), t.shape.rend());
     tensors.push_back({t.name, std::move(ne), static_cast<uint32_t>(tt), bytes.back().data(), bytes.back().size()});
     report.file_bytes += bytes.back().size();
   }
   report.n_tensors = static_cast<int64_t>(tensors.size());
+  if (!kept_f32.empty()) {
+    std::string names;
+    for (const auto& n : kept_f32) names += (names.empty() ? "" : ", ") + n;
+    report.notes.push_back(
+        fmt::format("{} in F32: position tables stay unquantized (as in llama-quantize), and "
+                    "{} needs rows of whole blocks of {}",
+                    names, ggml_type_name(static_cast<uint32_t>(matrix_type)), kQuantBlockValues));
+  }
   if (c.activation == Activation::Gelu) {
     report.gelu_changed = true;
     std::tie(report.gelu_max_prob_change, report.probe_tokens) = gelu_probability_change(model);
@@ -658,8 +697,21 @@ std::vector<float> read_floats(const GgufFile& f, const std::string& name, const
     f.read_bytes(t, half.data(), t.nbytes);
     const bool f16 = t.type == static_cast<uint32_t>(GgmlType::F16);
     for (size_t i = 0; i < n; ++i) out[i] = f16 ? f16_to_f32(half[i]) : bf16_to_f32(half[i]);
+  } else if (t.type == static_cast<uint32_t>(GgmlType::Q8_0) || t.type == static_cast<uint32_t>(GgmlType::Q4_0)) {
+    // Dequantized to float32 (the file's rows are whole blocks: the GGUF reader checks the size).
+    if (n % kQuantBlockValues != 0)
+      fail_file(name, "{}: tensor {} has {} values, not whole blocks of {}", f.path(), name, n, kQuantBlockValues);
+    if (t.type == static_cast<uint32_t>(GgmlType::Q8_0)) {
+      std::vector<BlockQ8_0> blocks(n / kQuantBlockValues);
+      f.read_bytes(t, blocks.data(), t.nbytes);
+      dequantize_row_q8_0(blocks, out);
+    } else {
+      std::vector<BlockQ4_0> blocks(n / kQuantBlockValues);
+      f.read_bytes(t, blocks.data(), t.nbytes);
+      dequantize_row_q4_0(blocks, out);
+    }
   } else {
-    fail_unsupported(name, "{}: tensor {} is {}: tformer reads F32, F16 and BF16 tensors", f.path(), name,
+    fail_unsupported(name, "{}: tensor {} is {}: tformer reads F32, F16, BF16, Q8_0 and Q4_0 tensors", f.path(), name,
                      ggml_type_name(t.type));
   }
   return out;

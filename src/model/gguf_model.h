@@ -51,8 +51,12 @@
 
 namespace tformer {
 
-enum class GgufExportType { F32, F16, BF16 };
-// "f32" | "f16" | "bf16"; anything else is an error naming `flag`.
+// The type of the weight matrices (norms, biases and other 1-D tensors stay F32). Q8_0 and Q4_0
+// are ggml's block formats (kernels/quant.h), quantized as ggml's reference quantizer does; they
+// leave the position table in F32, as llama-quantize does, and so any matrix whose rows are not
+// whole blocks of 32 (a note says which).
+enum class GgufExportType { F32, F16, BF16, Q8_0, Q4_0 };
+// "f32" | "f16" | "bf16" | "q8_0" | "q4_0"; anything else is an error naming `flag`.
 GgufExportType parse_gguf_export_type(const std::string& s, const std::string& flag = "--type");
 
 struct GgufExportReport {

@@ -53,6 +53,22 @@ for arch in gpt2 llama; do
   check "$arch: eval from the GGUF file" test -n "$e2" -a "$e1" = "$e2"
 done
 
+# tformer quantize: Q8_0 and Q4_0 files that generate and eval read (dequantized), a quarter and an
+# eighth of the F32 file's matrices; an unknown type is refused and writes nothing.
+st="$tmp/run-llama/model.safetensors"
+for ty in q8_0 q4_0 bf16; do
+  "$tf" quantize --model "$st" --type "$ty" --out "$tmp/q-$ty.gguf" > "$tmp/quantize.log" 2>&1
+  check "quantize --type $ty" grep -q "tensors ($ty)" "$tmp/quantize.log"
+  check "... generate reads it" test -n "$("$tf" generate --model "$tmp/q-$ty.gguf" --prompt "ROMEO:" --max-new-tokens 8 --temperature 0)"
+  check "... eval reads it" grep -q "perplexity" <("$tf" eval --model "$tmp/q-$ty.gguf" --data "$data" --max-tokens 500)
+done
+check "q4_0 is smaller than q8_0, smaller than bf16" \
+  test "$(stat -c %s "$tmp/q-q4_0.gguf")" -lt "$(stat -c %s "$tmp/q-q8_0.gguf")" -a \
+       "$(stat -c %s "$tmp/q-q8_0.gguf")" -lt "$(stat -c %s "$tmp/q-bf16.gguf")"
+"$tf" quantize --model "$st" --type q4_1 --out "$tmp/q-bad.gguf" > /dev/null 2> "$tmp/err.txt"
+check "quantize --type q4_1 is refused" test $? -ne 0 -a ! -e "$tmp/q-bad.gguf"
+check "... naming the choices" grep -q "bf16,q8_0,q4_0" "$tmp/err.txt"
+
 # Hugging Face folders (tests/fixtures/hf): import, then export to GGUF; the three read alike.
 for hf in gpt2_tiny llama_tiny llama_sharded; do
   "$tf" import --from hf "$here/fixtures/hf/$hf" --out "$tmp/$hf.safetensors" > "$tmp/import.log" 2>&1
