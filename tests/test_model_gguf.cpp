@@ -291,6 +291,18 @@ TEST_F(GgufModelTest, BlockTypesQuantizeEveryMatrixAndReadBackDequantized) {
       for (size_t i = 0; i < n; ++i) ASSERT_EQ(got[i], want[i]) << e.name << "[" << i << "]";
     }
   }
+  // --output-type: the output matrix in its own type; in a tied model that is the embedding.
+  export_gguf(path("o.gguf"), *m, tok, "", GgufExportType::Q4_0, GgufExportType::Q8_0);
+  const GgufFile untied = GgufFile::open(path("o.gguf"));
+  EXPECT_EQ(untied.tensor("output.weight").type, static_cast<uint32_t>(GgmlType::Q8_0));
+  EXPECT_EQ(untied.tensor("token_embd.weight").type, static_cast<uint32_t>(GgmlType::Q4_0));
+  EXPECT_EQ(untied.tensor("blk.0.ffn_up.weight").type, static_cast<uint32_t>(GgmlType::Q4_0));
+  auto tied = random_model(config(R"({"d_model": 64, "d_ff": 96, "n_heads": 2, "activation": "gelu_tanh"})"), 9);
+  export_gguf(path("t.gguf"), *tied, tok, "", GgufExportType::Q4_0, GgufExportType::Q8_0);
+  const GgufFile tf = GgufFile::open(path("t.gguf"));
+  EXPECT_FALSE(tf.find_tensor("output.weight"));
+  EXPECT_EQ(tf.tensor("token_embd.weight").type, static_cast<uint32_t>(GgmlType::Q8_0));
+  EXPECT_EQ(tf.tensor("blk.1.attn_output.weight").type, static_cast<uint32_t>(GgmlType::Q4_0));
   // A matrix whose rows are not whole blocks stays F32, and the note says which.
   auto odd = random_model(config(R"({"d_model": 16, "d_ff": 24})"), 9);
   const GgufExportReport r = export_gguf(path("odd.gguf"), *odd, tok, "", GgufExportType::Q8_0);

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "cli/commands.h"
@@ -19,17 +20,20 @@ namespace tformer::cli {
 namespace {
 
 struct ExportOptions {
-  std::string model, format = "gguf", out, type = "f32";
+  std::string model, format = "gguf", out, type = "f32", output_type;
 };
 
 void run_export(const ExportOptions& o) {
   if (o.format != "gguf") fail_input("--format", "--format: unknown format '{}' (gguf)", o.format);
   const GgufExportType type = parse_gguf_export_type(o.type);
+  std::optional<GgufExportType> output_type;
+  if (!o.output_type.empty()) output_type = parse_gguf_export_type(o.output_type, "--output-type");
   LoadedModel lm = load_model(o.model);
   if (!lm.tokenizer) fail_file(o.model, "{}: the model file carries no tokenizer, and llama.cpp needs one", o.model);
-  const GgufExportReport r = export_gguf(o.out, *lm.model, *lm.tokenizer, lm.chat_template, type);
-  fmt::print("wrote {}: llama.cpp architecture {}, {} tensors ({}), {:.1f} MB, tokenizer {}\n", o.out, r.architecture,
-             r.n_tensors, o.type, static_cast<double>(r.file_bytes) / 1e6, lm.tokenizer->kind());
+  const GgufExportReport r = export_gguf(o.out, *lm.model, *lm.tokenizer, lm.chat_template, type, output_type);
+  fmt::print("wrote {}: llama.cpp architecture {}, {} tensors ({}{}), {:.1f} MB, tokenizer {}\n", o.out, r.architecture,
+             r.n_tensors, o.type, o.output_type.empty() ? "" : ", output matrix " + o.output_type,
+             static_cast<double>(r.file_bytes) / 1e6, lm.tokenizer->kind());
   for (const auto& note : r.notes) fmt::print("  {}\n", note);
   if (r.gelu_changed)
     fmt::print(
@@ -85,6 +89,8 @@ void register_convert(CLI::App& app) {
   ec->add_option("--type", ex->type,
                  "Weight matrices as f32 | f16 | bf16 | q8_0 | q4_0 (norms and biases stay f32; docs/gguf.md)")
       ->capture_default_str();
+  ec->add_option("--output-type", ex->output_type,
+                 "The output matrix (a tied model: its embedding) in this type instead (f32 ... q4_0)");
   ec->callback([ex] { run_export(*ex); });
 
   // tformer quantize: export with a smaller weight type (the same file `export --type` writes).
@@ -95,6 +101,8 @@ void register_convert(CLI::App& app) {
       ->required()
       ->check(CLI::IsMember({"bf16", "q8_0", "q4_0"}));
   qc->add_option("--out", qz->out, "Output file (.gguf)")->required();
+  qc->add_option("--output-type", qz->output_type,
+                 "The output matrix (a tied model: its embedding) in this type instead, e.g. q8_0 with --type q4_0");
   qc->callback([qz] { run_export(*qz); });
 
   auto im = std::make_shared<ImportOptions>();

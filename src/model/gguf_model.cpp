@@ -358,7 +358,8 @@ std::string gguf_architecture_for(const ModelConfig& c) {
 }
 
 GgufExportReport export_gguf(const std::string& path, Model& model, const Tokenizer& tokenizer,
-                             const std::string& chat_template, GgufExportType type) {
+                             const std::string& chat_template, GgufExportType type,
+                             std::optional<GgufExportType> output_type) {
   const ModelConfig& c = model.config();
   GgufExportReport report;
   report.architecture = gguf_architecture_for(c);
@@ -550,6 +551,9 @@ GgufExportReport export_gguf(const std::string& path, Model& model, const Tokeni
   std::vector<std::string> kept_f32;
   for (const auto& t : out) {
     GgmlType tt = t.matrix ? matrix_type : GgmlType::F32;
+    // The output matrix: output.weight, or the tied embedding that stands for it.
+    const bool output = t.name == "output.weight" || (t.name == "token_embd.weight" && c.tied_embeddings);
+    if (output && output_type) tt = ggml_type_of(*output_type);
     if (is_block_type(tt) && (t.name == "position_embd.weight" || t.shape.back() % kQuantBlockValues != 0)) {
       tt = GgmlType::F32;  // llama-quantize keeps position tables; blocks need rows of whole blocks
       kept_f32.push_back(t.name);

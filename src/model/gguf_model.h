@@ -42,6 +42,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -77,8 +78,12 @@ std::string gguf_architecture_for(const ModelConfig& config);
 
 // Writes `model` (with `tokenizer`, required, and `chat_template`, written when not empty) as a
 // GGUF version 3 file, atomically (core/file_io.h).
+// `output_type`, when given, is the type of the output matrix instead of `type` (for a model with
+// tied embeddings, of token_embd.weight, which is then the output matrix): 4-bit logits cost a
+// small model more than 4-bit elsewhere (README, quantized files).
 GgufExportReport export_gguf(const std::string& path, Model& model, const Tokenizer& tokenizer,
-                             const std::string& chat_template, GgufExportType type);
+                             const std::string& chat_template, GgufExportType type,
+                             std::optional<GgufExportType> output_type = std::nullopt);
 
 // The EOS id an exported file names: the tokenizer's <|endoftext|>, or for a vocabulary without
 // one the single-byte token least likely in text (NUL, a control byte, DEL, a high byte, a rare
