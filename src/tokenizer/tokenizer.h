@@ -95,7 +95,8 @@ void save_tokenizer_file(const Tokenizer& tokenizer, const std::string& path);
 // scripts/fetch-gpt2-vocab.sh puts them). Throws Error naming the folder tried when the files are
 // not there, and how to fetch them.
 std::string gpt2_vocab_dir(const std::string& override_dir = "");
-// A tokenizer by name: "gpt2" (GPT-2's vocabulary, from gpt2_vocab_dir(gpt2_dir)), "char" (the
+// A tokenizer by name: "gpt2" (GPT-2's vocabulary, from gpt2_vocab_dir(gpt2_dir)), "cl100k_base"
+// and "o200k_base" (tiktoken's, from $TFORMER_TIKTOKEN_DIR or build-data/tiktoken), "char" (the
 // 256-byte char tokenizer), "bpe:CODES" (Sennrich BPE from a codes file, as `tformer bpe learn`
 // or subword-nmt writes it; sennrich_tokenizer.h), "byte-bpe:VOCAB" (a byte-level BPE vocabulary:
 // a tokenizer JSON file of kind "byte-bpe", as `tformer tokenizer train` writes it, or a folder
