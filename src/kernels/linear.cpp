@@ -1,29 +1,38 @@
 #include "kernels/linear.h"
 
 #include "kernels/matmul.h"
+#include "kernels/qlinear.h"
 
 namespace tformer {
 
 template <typename T>
 void linear_forward(T* y, const T* x, const Weight<T>& W, const T* b, int64_t n) {
-  switch (W.type) {
-    case WeightType::F32:
-    case WeightType::F64:
-      linear_forward<T>(y, x, W.dense_values(), b, n, W.cols, W.rows);
+  if constexpr (std::is_same_v<T, float>) {
+    // The stored types always, and with AVX-512 the one-row product of a dense weight too (decode:
+    // our few-row kernel streams the weights at the bandwidth bound, where OpenBLAS's sgemv,
+    // held to AVX2, did not).
+#if defined(__AVX512F__)
+    const bool own = !W.is_dense() || n == 1;
+#else
+    const bool own = !W.is_dense();
+#endif
+    if (own) {
+      stored_linear(y, x, W, n);
+      if (b)
+        for (int64_t r = 0; r < n; ++r)
+          for (int64_t o = 0; o < W.rows; ++o) y[r * W.rows + o] += b[o];
       return;
+    }
   }
-  TF_CHECK(false, "linear: unknown weight type {}", static_cast<int>(W.type));
+  TF_CHECK(W.is_dense(), "linear: a {} weight multiplies float activations only", weight_type_name(W.type));
+  linear_forward<T>(y, x, W.dense_values(), b, n, W.cols, W.rows);
 }
 
 template <typename T>
 void linear_backward(T* dx, T* dW, T* db, const T* dy, const T* x, const Weight<T>& W, int64_t n) {
-  switch (W.type) {
-    case WeightType::F32:
-    case WeightType::F64:
-      linear_backward<T>(dx, dW, db, dy, x, W.dense_values(), n, W.cols, W.rows);
-      return;
-  }
-  TF_CHECK(false, "linear: unknown weight type {}", static_cast<int>(W.type));
+  // Training keeps dense master weights; a stored type has no backward (dequantize first).
+  TF_CHECK(W.is_dense(), "linear: no backward through a {} weight", weight_type_name(W.type));
+  linear_backward<T>(dx, dW, db, dy, x, W.dense_values(), n, W.cols, W.rows);
 }
 
 template void linear_forward<float>(float*, const float*, const Weight<float>&, const float*, int64_t);

@@ -1,7 +1,8 @@
 // The linear layer over a typed weight view. A layer names its weights as Weight<T> and calls
-// these two functions; which storage format a weight has (dense float32 or float64 today; block
-// formats such as bf16 or q8_0 join the enum) is the kernel's business, so adding a weight type
-// changes this file and its kernels, never the layer code.
+// these two functions; which storage format a weight has (dense float32 or float64, or for float
+// activations one of GGUF's stored types: F16, BF16, Q8_0, Q4_0, kernels/qlinear.h) is the
+// kernel's business, so adding a weight type changes this file and its kernels, never the layer
+// code. Only dense weights have a backward: training keeps its master weights dense.
 //
 //   forward:  y[n, out] = x[n, in] W[out, in]^T + b[out]           (b may be null)
 //   backward: dx[n, in] += dy W;  dW[out, in] += dy^T x;  db[out] += sum_n dy   (each may be null)
@@ -18,9 +19,15 @@
 namespace tformer {
 
 enum class WeightType : uint8_t {
-  F32,  // float, [out, in] row-major
-  F64,  // double, [out, in] row-major
+  F32,   // float, [out, in] row-major
+  F64,   // double, [out, in] row-major
+  F16,   // IEEE binary16, [out, in] row-major                       (float activations only)
+  BF16,  // bfloat16, [out, in] row-major                            (float activations only)
+  Q8_0,  // ggml's Q8_0 blocks (kernels/quant.h), in / 32 per row     (float activations only)
+  Q4_0,  // ggml's Q4_0 blocks, in / 32 per row                      (float activations only)
 };
+// The stored types (F16 to Q4_0) run in kernels/qlinear.h; "f32", "f16", "bf16", "q8_0", "q4_0".
+const char* weight_type_name(WeightType type);
 
 // The dense type whose values a Weight<T> holds directly.
 template <typename T>

@@ -1,0 +1,613 @@
+#include "kernels/qlinear.h"
+
+#include <algorithm>
+#include <cstring>
+#include <span>
+
+#include "core/error.h"
+#include "core/float16.h"
+#include "core/scratch.h"
+#include "core/threads.h"
+#include "kernels/matmul.h"
+#include "kernels/quant.h"
+
+#if defined(__AVX512F__)
+// GCC 12's AVX-512 intrinsics start from _mm512_undefined_ps(), which -Wmaybe-uninitialized
+// reports once inlined (GCC bug 105593, fixed in 13): a false positive, silenced for this file.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#endif
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512VNNI__) && \
+    defined(__F16C__)
+#define TFORMER_QLINEAR_VNNI 1
+#endif
+
+namespace tformer {
+namespace {
+
+constexpr int64_t QK = kQuantBlockValues;
+constexpr int64_t kFewRows = 8;         // n below this: the weights are streamed once, rows against rows
+constexpr int64_t kPanelRows = 512;     // F16 / BF16 weight rows converted per sgemm call
+constexpr int64_t kGroupsPerPass = 16;  // activation groups of 8 rows a pass of the tiled product covers
+
+const uint8_t* row_ptr(const Weight<float>& W, int64_t r) {
+  return static_cast<const uint8_t*>(W.data) + r * weight_row_bytes(W.type, W.cols);
+}
+
+bool is_block_type(WeightType t) { return t == WeightType::Q8_0 || t == WeightType::Q4_0; }
+
+// ---------------------------------------------------------------------------------------------
+// Activations quantized to Q8_0 (ggml's reference rule), one row at a time.
+//   q    [n, in]     int8 values
+//   u    [n, in]     q + 128 as unsigned bytes (the unsigned operand against Q8_0 weights)
+//   d    [n, nb]     the fp16-rounded scale, as float
+//   lane [n, nb, 8]  -8 * (sum of the 4 values of each vpdpbusd lane): Q4_0's accumulator start
+struct QuantActs {
+  int64_t n = 0, in = 0, nb = 0;
+  const int8_t* q = nullptr;
+  const uint8_t* u = nullptr;
+  const float* d = nullptr;
+  const int32_t* lane = nullptr;
+};
+
+// Slots of this file's scratch buffers (their own per element type; see core/scratch.h).
+enum : size_t { kSlotQ = 0, kSlotU = 1, kSlotD = 20, kSlotLane = 0, kSlotBlocks = 0, kSlotPanel = 21 };
+
+QuantActs quantize_acts(const float* x, int64_t n, int64_t in) {
+  QuantActs a;
+  a.n = n;
+  a.in = in;
+  a.nb = in / QK;
+  const auto total = static_cast<size_t>(n * in), blocks = static_cast<size_t>(n * a.nb);
+  const ScratchBuffer<int8_t> q(kSlotQ, total, ScratchBuffer<int8_t>::Unfilled{});
+  const ScratchBuffer<uint8_t> u(kSlotU, total, ScratchBuffer<uint8_t>::Unfilled{});
+  const ScratchBuffer<float> d(kSlotD, blocks, ScratchBuffer<float>::Unfilled{});
+  const ScratchBuffer<int32_t> lane(kSlotLane, blocks * 8, ScratchBuffer<int32_t>::Unfilled{});
+  const int8_t* qp = q.data();
+  uint8_t* up = u.data();
+  float* dp = d.data();
+  int32_t* lp = lane.data();
+  parallel_for(n, n * in >= (1 << 15), [&](int64_t r) {
+    const ScratchBuffer<BlockQ8_0> blk(kSlotBlocks, static_cast<size_t>(a.nb), ScratchBuffer<BlockQ8_0>::Unfilled{});
+    quantize_row_q8_0(std::span<const float>(x + r * in, static_cast<size_t>(in)),
+                      std::span<BlockQ8_0>(blk.data(), static_cast<size_t>(a.nb)));
+    for (int64_t b = 0; b < a.nb; ++b) {
+      const BlockQ8_0& bq = blk[static_cast<size_t>(b)];
+      dp[r * a.nb + b] = f16_to_f32(bq.d);
+      auto* qrow = const_cast<int8_t*>(qp) + r * in + b * QK;
+      for (int64_t j = 0; j < QK; ++j) {
+        qrow[j] = bq.qs[j];
+        up[r * in + b * QK + j] = static_cast<uint8_t>(static_cast<int>(bq.qs[j]) + 128);
+      }
+      for (int64_t l = 0; l < 8; ++l)
+        lp[(r * a.nb + b) * 8 + l] = -8 * (qrow[4 * l] + qrow[4 * l + 1] + qrow[4 * l + 2] + qrow[4 * l + 3]);
+    }
+  });
+  a.q = qp;
+  a.u = up;
+  a.d = dp;
+  a.lane = lp;
+  return a;
+}
+
+// The integer dot product of weight block b of a Q8_0 / Q4_0 row with 32 activation values, and
+// the block's scale: the plain form every kernel computes.
+template <WeightType kT>
+int32_t block_dot(const uint8_t* wrow, int64_t b, const int8_t* xq, float* dw) {
+  int32_t s = 0;
+  if constexpr (kT == WeightType::Q8_0) {
+    const auto* blk = reinterpret_cast<const BlockQ8_0*>(wrow) + b;
+    *dw = f16_to_f32(blk->d);
+    for (int64_t j = 0; j < QK; ++j) s += static_cast<int32_t>(blk->qs[j]) * xq[j];
+  } else {
+    const auto* blk = reinterpret_cast<const BlockQ4_0*>(wrow) + b;
+    *dw = f16_to_f32(blk->d);
+    for (int64_t j = 0; j < QK / 2; ++j) {
+      s += (static_cast<int32_t>(blk->qs[j] & 0x0F) - 8) * xq[j];
+      s += (static_cast<int32_t>(blk->qs[j] >> 4) - 8) * xq[j + QK / 2];
+    }
+  }
+  return s;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Portable forms (also the reference's building blocks).
+
+template <WeightType kT>
+[[maybe_unused]] void block_rows_plain(float* y, const Weight<float>& W, const QuantActs& a) {
+  const int64_t out = W.rows;
+  parallel_for(out, out * W.cols >= 65536, [&](int64_t o) {
+    const uint8_t* w = row_ptr(W, o);
+    for (int64_t r = 0; r < a.n; ++r) {
+      float acc = 0;
+      for (int64_t b = 0; b < a.nb; ++b) {
+        float dw = 0;
+        const int32_t s = block_dot<kT>(w, b, a.q + r * a.in + b * QK, &dw);
+        acc += static_cast<float>(s) * (dw * a.d[r * a.nb + b]);
+      }
+      y[r * out + o] = acc;
+    }
+  });
+}
+
+float dense_value(WeightType t, const uint8_t* row, int64_t k) {
+  switch (t) {
+    case WeightType::F32: {
+      float v;
+      std::memcpy(&v, row + 4 * k, 4);
+      return v;
+    }
+    case WeightType::F16:
+    case WeightType::BF16: {
+      uint16_t h;
+      std::memcpy(&h, row + 2 * k, 2);
+      return t == WeightType::F16 ? f16_to_f32(h) : bf16_to_f32(h);
+    }
+    default:
+      break;
+  }
+  TF_CHECK(false, "qlinear: {} is not a dense type", weight_type_name(t));
+  return 0;
+}
+
+// F32 / F16 / BF16, few rows, portable: each weight row converted once into a float row buffer.
+[[maybe_unused]] void dense_rows_plain(float* y, const Weight<float>& W, const float* x, int64_t n) {
+  const int64_t out = W.rows, in = W.cols;
+  parallel_for(out, out * in >= 65536, [&](int64_t o) {
+    const ScratchBuffer<float> wr(kSlotPanel, static_cast<size_t>(in), ScratchBuffer<float>::Unfilled{});
+    float* w = wr.data();
+    dequantize_weight_rows(w, W, o, o + 1);
+    for (int64_t r = 0; r < n; ++r) {
+      float acc = 0;
+      const float* xr = x + r * in;
+#pragma omp simd reduction(+ : acc)
+      for (int64_t k = 0; k < in; ++k) acc += w[k] * xr[k];
+      y[r * out + o] = acc;
+    }
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// AVX-512 forms.
+
+#if defined(__AVX512F__)
+// Sixteen weights of a dense row as floats (masked tail).
+template <WeightType kT>
+__m512 load16(const uint8_t* row, int64_t k, __mmask16 mk) {
+  if constexpr (kT == WeightType::F32) {
+    return _mm512_maskz_loadu_ps(mk, reinterpret_cast<const float*>(row) + k);
+  } else if constexpr (kT == WeightType::BF16) {
+    const __m256i h = _mm256_maskz_loadu_epi16(mk, reinterpret_cast<const uint16_t*>(row) + k);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  } else {
+    const __m256i h = _mm256_maskz_loadu_epi16(mk, reinterpret_cast<const uint16_t*>(row) + k);
+    return _mm512_cvtph_ps(h);
+  }
+}
+
+// y[r0 + j, o0 + i] for i < m (<= 4 weight rows), j < C (<= 4 activation rows): each weight
+// vector, converted once, meets every activation row.
+template <WeightType kT, int C>
+void dense_tile_avx512(float* y, int64_t ldy, const Weight<float>& W, int64_t o0, int64_t m, const float* x,
+                       int64_t ldx) {
+  const int64_t in = W.cols;
+  const uint8_t* w[4];
+  for (int64_t i = 0; i < 4; ++i) w[i] = row_ptr(W, o0 + std::min<int64_t>(i, m - 1));
+  __m512 acc[C][4];
+  for (auto& row : acc)
+    for (auto& a : row) a = _mm512_setzero_ps();
+  for (int64_t k = 0; k < in; k += 16) {
+    const __mmask16 mk = in - k >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (in - k)) - 1);
+    const __m512 v[4] = {load16<kT>(w[0], k, mk), load16<kT>(w[1], k, mk), load16<kT>(w[2], k, mk),
+                         load16<kT>(w[3], k, mk)};
+    for (int j = 0; j < C; ++j) {
+      const __m512 xv = _mm512_maskz_loadu_ps(mk, x + j * ldx + k);
+      for (int i = 0; i < 4; ++i) acc[j][i] = _mm512_fmadd_ps(v[i], xv, acc[j][i]);
+    }
+  }
+  for (int j = 0; j < C; ++j)
+    for (int64_t i = 0; i < m; ++i) y[j * ldy + o0 + i] = _mm512_reduce_add_ps(acc[j][i]);
+}
+
+template <WeightType kT>
+void dense_rows_avx512(float* y, const Weight<float>& W, const float* x, int64_t n) {
+  const int64_t out = W.rows, in = W.cols, quads = (out + 3) / 4;
+  parallel_for(quads, out * in >= 65536, [&](int64_t qd) {
+    const int64_t o0 = 4 * qd, m = std::min<int64_t>(4, out - o0);
+    int64_t r = 0;
+    for (; r + 4 <= n; r += 4) dense_tile_avx512<kT, 4>(y + r * out, out, W, o0, m, x + r * in, in);
+    switch (n - r) {
+      case 3:
+        dense_tile_avx512<kT, 3>(y + r * out, out, W, o0, m, x + r * in, in);
+        break;
+      case 2:
+        dense_tile_avx512<kT, 2>(y + r * out, out, W, o0, m, x + r * in, in);
+        break;
+      case 1:
+        dense_tile_avx512<kT, 1>(y + r * out, out, W, o0, m, x + r * in, in);
+        break;
+      default:
+        break;
+    }
+  });
+}
+#endif
+
+#if defined(TFORMER_QLINEAR_VNNI)
+inline float hsum8(__m256 v) {
+  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
+}
+
+// Few rows: y[r0 + j, o0 + i] for i < m (<= 4 weight rows), j < C activation rows, block by block.
+template <WeightType kT, int C>
+void block_tile_vnni(float* y, int64_t ldy, const Weight<float>& W, int64_t o0, int64_t m, const QuantActs& a,
+                     int64_t r0) {
+  constexpr bool kQ4 = kT == WeightType::Q4_0;
+  const uint8_t* w[4];
+  for (int64_t i = 0; i < 4; ++i) w[i] = row_ptr(W, o0 + std::min<int64_t>(i, m - 1));
+  __m256 acc[C][4];
+  for (auto& row : acc)
+    for (auto& v : row) v = _mm256_setzero_ps();
+  const __m256i c128 = _mm256_set1_epi8(static_cast<char>(0x80)), low4 = _mm256_set1_epi8(0x0F);
+  const __m256i zero = _mm256_setzero_si256();
+  for (int64_t b = 0; b < a.nb; ++b) {
+    __m256i wv[4], neg[4];
+    float dw[4];
+    for (int i = 0; i < 4; ++i) {
+      if constexpr (kQ4) {
+        const auto* blk = reinterpret_cast<const BlockQ4_0*>(w[i]) + b;
+        const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk->qs));
+        wv[i] = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), low4);  // elements 0..15, 16..31
+        dw[i] = _cvtsh_ss(blk->d);
+        neg[i] = zero;
+      } else {
+        const auto* blk = reinterpret_cast<const BlockQ8_0*>(w[i]) + b;
+        wv[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qs));
+        neg[i] = _mm256_dpbusd_epi32(zero, c128, wv[i]);  // 128 * sum w, lane by lane
+        dw[i] = _cvtsh_ss(blk->d);
+      }
+    }
+    for (int j = 0; j < C; ++j) {
+      const int64_t r = r0 + j;
+      const float dx = a.d[r * a.nb + b];
+      if constexpr (kQ4) {
+        const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.q + r * a.in + b * QK));
+        const __m256i start = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.lane + (r * a.nb + b) * 8));
+        for (int i = 0; i < 4; ++i) {
+          const __m256i s = _mm256_dpbusd_epi32(start, wv[i], xv);
+          acc[j][i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(dw[i] * dx), acc[j][i]);
+        }
+      } else {
+        const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.u + r * a.in + b * QK));
+        for (int i = 0; i < 4; ++i) {
+          const __m256i s = _mm256_sub_epi32(_mm256_dpbusd_epi32(zero, xv, wv[i]), neg[i]);
+          acc[j][i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(dw[i] * dx), acc[j][i]);
+        }
+      }
+    }
+  }
+  for (int j = 0; j < C; ++j)
+    for (int64_t i = 0; i < m; ++i) y[(r0 + j) * ldy + o0 + i] = hsum8(acc[j][i]);
+}
+
+template <WeightType kT>
+void block_rows_vnni(float* y, const Weight<float>& W, const QuantActs& a) {
+  const int64_t out = W.rows, quads = (out + 3) / 4, n = a.n;
+  parallel_for(quads, out * W.cols >= 65536, [&](int64_t qd) {
+    const int64_t o0 = 4 * qd, m = std::min<int64_t>(4, out - o0);
+    int64_t r = 0;
+    for (; r + 4 <= n; r += 4) block_tile_vnni<kT, 4>(y, out, W, o0, m, a, r);
+    switch (n - r) {
+      case 3:
+        block_tile_vnni<kT, 3>(y, out, W, o0, m, a, r);
+        break;
+      case 2:
+        block_tile_vnni<kT, 2>(y, out, W, o0, m, a, r);
+        break;
+      case 1:
+        block_tile_vnni<kT, 1>(y, out, W, o0, m, a, r);
+        break;
+      default:
+        break;
+    }
+  });
+}
+
+// Many rows. The activations packed for lanes = rows: group g of 8 rows, block b, quad k (values
+// 4k..4k+3 of the block): 32 bytes, row l's four at bytes 4l..4l+3 (unsigned q + 128 against
+// Q8_0, signed q against Q4_0); their scales [g][b][8] and Q4_0's starts -8 * sum q [g][b][8].
+struct PackedActs {
+  int64_t groups = 0, nb = 0;
+  const uint8_t* x = nullptr;
+  const float* d = nullptr;
+  const int32_t* start = nullptr;
+};
+
+enum : size_t { kSlotPacked = 2, kSlotPackedD = 22, kSlotStart = 1, kSlotWeights = 3, kSlotWd = 23, kSlotWneg = 2 };
+
+PackedActs pack_acts(const QuantActs& a, bool q4) {
+  PackedActs p;
+  p.groups = (a.n + 7) / 8;
+  p.nb = a.nb;
+  const auto cells = static_cast<size_t>(p.groups * p.nb * 8);
+  const ScratchBuffer<uint8_t> x(kSlotPacked, cells * 32, ScratchBuffer<uint8_t>::Unfilled{});
+  const ScratchBuffer<float> d(kSlotPackedD, cells, ScratchBuffer<float>::Unfilled{});
+  const ScratchBuffer<int32_t> start(kSlotStart, cells, ScratchBuffer<int32_t>::Unfilled{});
+  uint8_t* xp = x.data();
+  float* dp = d.data();
+  int32_t* sp = start.data();
+  parallel_for(p.groups, a.n * a.in >= (1 << 15), [&](int64_t g) {
+    for (int64_t b = 0; b < p.nb; ++b) {
+      uint8_t* cell = xp + (g * p.nb + b) * 8 * 32;
+      for (int64_t l = 0; l < 8; ++l) {
+        const int64_t r = g * 8 + l;
+        const size_t at = static_cast<size_t>((g * p.nb + b) * 8 + l);
+        if (r >= a.n) {  // padding rows: value 0, scale 0
+          for (int64_t k = 0; k < 8; ++k)
+            for (int64_t e = 0; e < 4; ++e) cell[k * 32 + l * 4 + e] = q4 ? 0 : 128;
+          dp[at] = 0;
+          sp[at] = 0;
+          continue;
+        }
+        const int8_t* q = a.q + r * a.in + b * QK;
+        int32_t sum = 0;
+        for (int64_t k = 0; k < 8; ++k)
+          for (int64_t e = 0; e < 4; ++e) {
+            const int8_t v = q[4 * k + e];
+            sum += v;
+            cell[k * 32 + l * 4 + e] = q4 ? static_cast<uint8_t>(v) : static_cast<uint8_t>(static_cast<int>(v) + 128);
+          }
+        dp[at] = a.d[r * a.nb + b];
+        sp[at] = -8 * sum;
+      }
+    }
+  });
+  p.x = xp;
+  p.d = dp;
+  p.start = sp;
+  return p;
+}
+
+// 4 weight rows (unpacked: wq [4][in] bytes in value order, Q8_0 signed, Q4_0 nibbles 0..15; wd
+// [4][nb] scales; wneg [4][nb] -128 * sum w for Q8_0) against NG groups of 8 activation rows.
+template <WeightType kT, int NG>
+void block_gemm_tile(float* y, int64_t ldy, int64_t n, const uint8_t* wq, const float* wd, const int32_t* wneg,
+                     int64_t in, int64_t o0, int64_t m, const PackedActs& p, int64_t g0) {
+  constexpr bool kQ4 = kT == WeightType::Q4_0;
+  const int64_t nb = p.nb;
+  __m256 acc[4][NG];
+  for (auto& row : acc)
+    for (auto& v : row) v = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    __m256i ia[4][NG];
+    for (int i = 0; i < 4; ++i)
+      for (int g = 0; g < NG; ++g)
+        ia[i][g] = kQ4 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.start + ((g0 + g) * nb + b) * 8))
+                       : _mm256_set1_epi32(wneg[i * nb + b]);
+    const uint8_t* xb[NG];
+    for (int g = 0; g < NG; ++g) xb[g] = p.x + ((g0 + g) * nb + b) * 256;
+    for (int k = 0; k < 8; ++k) {
+      __m256i xv[NG];
+      for (int g = 0; g < NG; ++g) xv[g] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb[g] + 32 * k));
+      for (int i = 0; i < 4; ++i) {
+        int32_t four;
+        std::memcpy(&four, wq + i * in + b * QK + 4 * k, 4);
+        const __m256i wb = _mm256_set1_epi32(four);
+        for (int g = 0; g < NG; ++g)
+          ia[i][g] = kQ4 ? _mm256_dpbusd_epi32(ia[i][g], wb, xv[g]) : _mm256_dpbusd_epi32(ia[i][g], xv[g], wb);
+      }
+    }
+    for (int g = 0; g < NG; ++g) {
+      const __m256 dx = _mm256_loadu_ps(p.d + ((g0 + g) * nb + b) * 8);
+      for (int i = 0; i < 4; ++i)
+        acc[i][g] =
+            _mm256_fmadd_ps(_mm256_cvtepi32_ps(ia[i][g]), _mm256_mul_ps(_mm256_set1_ps(wd[i * nb + b]), dx), acc[i][g]);
+    }
+  }
+  for (int g = 0; g < NG; ++g) {
+    alignas(32) float lanes[4][8];
+    for (int i = 0; i < 4; ++i) _mm256_store_ps(lanes[i], acc[i][g]);
+    for (int64_t l = 0; l < 8; ++l) {
+      const int64_t r = (g0 + g) * 8 + l;
+      if (r >= n) break;
+      for (int64_t i = 0; i < m; ++i) y[r * ldy + o0 + i] = lanes[i][l];
+    }
+  }
+}
+
+// Weight rows o0.. (m <= 4; missing ones repeat the last) unpacked for block_gemm_tile.
+template <WeightType kT>
+void unpack_weight_rows(uint8_t* wq, float* wd, int32_t* wneg, const Weight<float>& W, int64_t o0, int64_t m) {
+  const int64_t in = W.cols, nb = in / QK;
+  for (int64_t i = 0; i < 4; ++i) {
+    const uint8_t* row = row_ptr(W, o0 + std::min<int64_t>(i, m - 1));
+    for (int64_t b = 0; b < nb; ++b) {
+      uint8_t* dst = wq + i * in + b * QK;
+      if constexpr (kT == WeightType::Q8_0) {
+        const auto* blk = reinterpret_cast<const BlockQ8_0*>(row) + b;
+        std::memcpy(dst, blk->qs, QK);
+        int32_t s = 0;
+        for (int64_t j = 0; j < QK; ++j) s += blk->qs[j];
+        wneg[i * nb + b] = -128 * s;
+        wd[i * nb + b] = _cvtsh_ss(blk->d);
+      } else {
+        const auto* blk = reinterpret_cast<const BlockQ4_0*>(row) + b;
+        for (int64_t j = 0; j < QK / 2; ++j) {
+          dst[j] = blk->qs[j] & 0x0F;
+          dst[j + QK / 2] = blk->qs[j] >> 4;
+        }
+        wneg[i * nb + b] = 0;
+        wd[i * nb + b] = _cvtsh_ss(blk->d);
+      }
+    }
+  }
+}
+
+template <WeightType kT>
+void block_gemm_vnni(float* y, const Weight<float>& W, const QuantActs& a) {
+  const PackedActs p = pack_acts(a, kT == WeightType::Q4_0);
+  const int64_t out = W.rows, in = W.cols, nb = a.nb, quads = (out + 3) / 4;
+  parallel_region(out * in * a.n >= (1 << 20), [&] {
+    const ScratchBuffer<uint8_t> wq(kSlotWeights, static_cast<size_t>(4 * in), ScratchBuffer<uint8_t>::Unfilled{});
+    const ScratchBuffer<float> wd(kSlotWd, static_cast<size_t>(4 * nb), ScratchBuffer<float>::Unfilled{});
+    const ScratchBuffer<int32_t> wneg(kSlotWneg, static_cast<size_t>(4 * nb), ScratchBuffer<int32_t>::Unfilled{});
+    // Passes over the activations a slice of groups at a time, so that the slice stays in L2
+    // while every weight tile of this thread meets it.
+    for (int64_t g_begin = 0; g_begin < p.groups; g_begin += kGroupsPerPass) {
+      const int64_t g_end = std::min(p.groups, g_begin + kGroupsPerPass);
+      for_static(quads, [&](int64_t qd) {
+        const int64_t o0 = 4 * qd, m = std::min<int64_t>(4, out - o0);
+        unpack_weight_rows<kT>(wq.data(), wd.data(), wneg.data(), W, o0, m);
+        int64_t g = g_begin;
+        for (; g + 2 <= g_end; g += 2)
+          block_gemm_tile<kT, 2>(y, out, a.n, wq.data(), wd.data(), wneg.data(), in, o0, m, p, g);
+        if (g < g_end) block_gemm_tile<kT, 1>(y, out, a.n, wq.data(), wd.data(), wneg.data(), in, o0, m, p, g);
+      });
+    }
+  });
+}
+#endif
+
+// F16 / BF16 with many rows: panels of weight rows converted to float, each through the sgemm.
+void dense_panels_gemm(float* y, const Weight<float>& W, const float* x, int64_t n) {
+  const int64_t out = W.rows, in = W.cols;
+  const ScratchBuffer<float> panel(kSlotPanel, static_cast<size_t>(std::min(out, kPanelRows) * in),
+                                   ScratchBuffer<float>::Unfilled{});
+  for (int64_t p0 = 0; p0 < out; p0 += kPanelRows) {
+    const int64_t rows = std::min(kPanelRows, out - p0);
+    float* pw = panel.data();
+    parallel_for(rows, rows * in >= 65536,
+                 [&](int64_t r) { dequantize_weight_rows(pw + r * in, W, p0 + r, p0 + r + 1); });
+    gemm<float>(y + p0, out, x, in, false, pw, in, true, n, rows, in);
+  }
+}
+
+void check_weight(const Weight<float>& W, const char* what) {
+  TF_CHECK(W.present() && W.type != WeightType::F64, "{}: a {} weight of {}x{}", what, weight_type_name(W.type), W.rows,
+           W.cols);
+  TF_CHECK(!is_block_type(W.type) || W.cols % QK == 0, "{}: {} rows of {} values are not whole blocks", what,
+           weight_type_name(W.type), W.cols);
+}
+
+}  // namespace
+
+const char* weight_type_name(WeightType type) {
+  switch (type) {
+    case WeightType::F32:
+      return "f32";
+    case WeightType::F64:
+      return "f64";
+    case WeightType::F16:
+      return "f16";
+    case WeightType::BF16:
+      return "bf16";
+    case WeightType::Q8_0:
+      return "q8_0";
+    case WeightType::Q4_0:
+      return "q4_0";
+  }
+  return "unknown";
+}
+
+int64_t weight_row_bytes(WeightType type, int64_t cols) {
+  switch (type) {
+    case WeightType::F32:
+      return 4 * cols;
+    case WeightType::F64:
+      return 8 * cols;
+    case WeightType::F16:
+    case WeightType::BF16:
+      return 2 * cols;
+    case WeightType::Q8_0:
+      return cols / QK * static_cast<int64_t>(sizeof(BlockQ8_0));
+    case WeightType::Q4_0:
+      return cols / QK * static_cast<int64_t>(sizeof(BlockQ4_0));
+  }
+  return 0;
+}
+
+void dequantize_weight_rows(float* out, const Weight<float>& W, int64_t r0, int64_t r1) {
+  check_weight(W, "dequantize_weight_rows");
+  const int64_t in = W.cols;
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint8_t* row = row_ptr(W, r);
+    float* dst = out + (r - r0) * in;
+    const std::span<float> o(dst, static_cast<size_t>(in));
+    switch (W.type) {
+      case WeightType::Q8_0:
+        dequantize_row_q8_0(std::span<const BlockQ8_0>(reinterpret_cast<const BlockQ8_0*>(row), in / QK), o);
+        break;
+      case WeightType::Q4_0:
+        dequantize_row_q4_0(std::span<const BlockQ4_0>(reinterpret_cast<const BlockQ4_0*>(row), in / QK), o);
+        break;
+      case WeightType::F32:
+        std::memcpy(dst, row, static_cast<size_t>(4 * in));
+        break;
+      default:
+        for (int64_t k = 0; k < in; ++k) dst[k] = dense_value(W.type, row, k);
+        break;
+    }
+  }
+}
+
+void stored_linear(float* y, const float* x, const Weight<float>& W, int64_t n) {
+  check_weight(W, "stored_linear");
+  if (n <= 0 || W.rows == 0) return;
+  if (is_block_type(W.type)) {
+    const QuantActs a = quantize_acts(x, n, W.cols);
+#if defined(TFORMER_QLINEAR_VNNI)
+    if (n >= kFewRows)
+      return W.type == WeightType::Q8_0 ? block_gemm_vnni<WeightType::Q8_0>(y, W, a)
+                                        : block_gemm_vnni<WeightType::Q4_0>(y, W, a);
+    return W.type == WeightType::Q8_0 ? block_rows_vnni<WeightType::Q8_0>(y, W, a)
+                                      : block_rows_vnni<WeightType::Q4_0>(y, W, a);
+#else
+    return W.type == WeightType::Q8_0 ? block_rows_plain<WeightType::Q8_0>(y, W, a)
+                                      : block_rows_plain<WeightType::Q4_0>(y, W, a);
+#endif
+  }
+  if (n >= kFewRows && W.type != WeightType::F32) return dense_panels_gemm(y, W, x, n);
+#if defined(__AVX512F__)
+  switch (W.type) {
+    case WeightType::F32:
+      return dense_rows_avx512<WeightType::F32>(y, W, x, n);
+    case WeightType::F16:
+      return dense_rows_avx512<WeightType::F16>(y, W, x, n);
+    default:
+      return dense_rows_avx512<WeightType::BF16>(y, W, x, n);
+  }
+#else
+  dense_rows_plain(y, W, x, n);
+#endif
+}
+
+void stored_linear_reference(float* y, const float* x, const Weight<float>& W, int64_t n) {
+  check_weight(W, "stored_linear_reference");
+  const int64_t out = W.rows, in = W.cols, nb = in / QK;
+  std::vector<BlockQ8_0> xq(static_cast<size_t>(is_block_type(W.type) ? nb : 0));
+  for (int64_t r = 0; r < n; ++r) {
+    const float* xr = x + r * in;
+    if (is_block_type(W.type))
+      quantize_row_q8_0(std::span<const float>(xr, static_cast<size_t>(in)), std::span<BlockQ8_0>(xq));
+    for (int64_t o = 0; o < out; ++o) {
+      const uint8_t* row = row_ptr(W, o);
+      double acc = 0;
+      if (is_block_type(W.type)) {
+        for (int64_t b = 0; b < nb; ++b) {
+          float dw = 0;
+          const int32_t s = W.type == WeightType::Q8_0
+                                ? block_dot<WeightType::Q8_0>(row, b, xq[static_cast<size_t>(b)].qs, &dw)
+                                : block_dot<WeightType::Q4_0>(row, b, xq[static_cast<size_t>(b)].qs, &dw);
+          acc += static_cast<double>(dw) * f16_to_f32(xq[static_cast<size_t>(b)].d) * s;
+        }
+      } else {
+        for (int64_t k = 0; k < in; ++k) acc += static_cast<double>(dense_value(W.type, row, k)) * xr[k];
+      }
+      y[r * out + o] = static_cast<float>(acc);
+    }
+  }
+}
+
+}  // namespace tformer

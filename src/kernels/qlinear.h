@@ -1,0 +1,51 @@
+// The linear layer over weights kept in their stored type (GGUF's F16, BF16, Q8_0 and Q4_0): the
+// weights are read as they are, 2, 2, 1.0625 and 0.5625 bytes a value, never expanded into a
+// float copy, because a decode step's time is the time it takes to read them.
+//
+//   y[n, out] = x[n, in] W[out, in]^T            (overwrites y; the bias is linear_forward's)
+//
+// What each type multiplies:
+//   F16, BF16   the weights converted to float (exactly) times the float activations, summed in
+//               float. Few rows (n < 8): every weight read once, converted in registers.
+//               More rows (prefill, eval): panels of 512 weight rows converted to float, each
+//               through the sgemm (kernels/matmul.h), whose FLOPs then outweigh the conversion.
+//   Q8_0, Q4_0  as llama.cpp does (its vec_dot_type is Q8_0 for both): each row of x is first
+//               quantized to Q8_0 blocks by ggml's reference rule (kernels/quant.h), then each
+//               block pair is an exact integer dot product scaled by d_w * d_x:
+//                 y = sum_b d_w[b] d_x[b] sum_j w[b][j] x_q[b][j]     (w = q - 8 for Q4_0)
+//               With AVX-512 VNNI (vpdpbusd: unsigned bytes times signed bytes, four at a time
+//               into int32) the integer sums take one instruction per 32 values; vpdpbusd wants
+//               one operand unsigned, so Q4_0's nibbles (0..15) are that operand and the -8 goes
+//               into the accumulator's start (-8 * sum x_q, from the activations), while Q8_0's
+//               activations are offset by +128 and the accumulator starts at -128 * sum w.
+//               Few rows: one block at a time, four weight rows against each activation row.
+//               More rows (n >= 8): a register tile of 4 weight rows x 16 activation rows whose
+//               lanes are activation rows: the activations are packed 8 rows x 4 bytes per
+//               vector, a weight row's 4 bytes are broadcast, so 8 vpdpbusd finish a block for
+//               8 rows and one float multiply-add scales it.
+//               Without VNNI (the portable build) the same integer sums in plain loops.
+//
+// Every output element is computed by one thread in a fixed order: results do not depend on the
+// thread count. stored_linear_reference is the plain oracle the tests hold the kernels to: the
+// same activation quantization, each dot product accumulated in double.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/linear.h"
+
+namespace tformer {
+
+// Bytes of one row of `cols` values in `type` (for Q8_0 / Q4_0 cols must be a multiple of 32).
+int64_t weight_row_bytes(WeightType type, int64_t cols);
+
+// y: [n, W.rows], overwritten; x: [n, W.cols]. Any WeightType but F64.
+void stored_linear(float* y, const float* x, const Weight<float>& W, int64_t n);
+
+// The oracle: the contract above in plain loops, double accumulation.
+void stored_linear_reference(float* y, const float* x, const Weight<float>& W, int64_t n);
+
+// Rows [r0, r1) of W as float: out[r1 - r0, W.cols] (exact for every type).
+void dequantize_weight_rows(float* out, const Weight<float>& W, int64_t r0, int64_t r1);
+
+}  // namespace tformer

@@ -1,0 +1,213 @@
+// The linear layer over stored weight types (kernels/qlinear.h): every kernel (few rows, the
+// tiled many-row product, the F16/BF16 panels through the sgemm, the portable loops in a build
+// without AVX-512 VNNI) against the plain reference, on asymmetric shapes with every tail (weight
+// rows not a multiple of 4, activation rows not a multiple of 8 or 16, one block per row); the
+// reference itself against hand-worked blocks and against the float product of the dequantized
+// weights within the activation quantization's own error; the same bits for 1 and 2 threads.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/float16.h"
+#include "core/rng.h"
+#include "core/threads.h"
+#include "kernels/linear.h"
+#include "kernels/qlinear.h"
+#include "kernels/quant.h"
+#include "test_util.h"
+
+namespace tformer {
+namespace {
+
+// A weight matrix in one stored type, made from float values (rows of differing scales).
+struct StoredWeight {
+  WeightType type;
+  int64_t rows, cols;
+  std::vector<uint8_t> bytes;
+  std::vector<float> dequantized;  // [rows, cols]: the values the stored weight means
+  Weight<float> view() const { return {type, bytes.data(), rows, cols}; }
+};
+
+StoredWeight make_weight(WeightType type, int64_t rows, int64_t cols, uint64_t seed) {
+  Rng rng(seed);
+  std::vector<float> w(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    const double scale = 0.02 * (1.0 + static_cast<double>(r % 5));
+    for (int64_t k = 0; k < cols; ++k) w[static_cast<size_t>(r * cols + k)] = static_cast<float>(scale * rng.normal());
+  }
+  StoredWeight s{type, rows, cols, {}, {}};
+  s.bytes.resize(static_cast<size_t>(rows * weight_row_bytes(type, cols)));
+  const auto n = static_cast<size_t>(rows * cols);
+  switch (type) {
+    case WeightType::F32:
+      std::memcpy(s.bytes.data(), w.data(), n * 4);
+      break;
+    case WeightType::F16:
+      for (size_t i = 0; i < n; ++i) {
+        const uint16_t h = f32_to_f16(w[i]);
+        std::memcpy(s.bytes.data() + 2 * i, &h, 2);
+      }
+      break;
+    case WeightType::BF16:
+      quantize_row_bf16(w, std::span<uint16_t>(reinterpret_cast<uint16_t*>(s.bytes.data()), n));
+      break;
+    case WeightType::Q8_0:
+      quantize_row_q8_0(w, std::span<BlockQ8_0>(reinterpret_cast<BlockQ8_0*>(s.bytes.data()), n / 32));
+      break;
+    case WeightType::Q4_0:
+      quantize_row_q4_0(w, std::span<BlockQ4_0>(reinterpret_cast<BlockQ4_0*>(s.bytes.data()), n / 32));
+      break;
+    case WeightType::F64:
+      ADD_FAILURE() << "no f64 stored weights";
+  }
+  s.dequantized.resize(n);
+  dequantize_weight_rows(s.dequantized.data(), s.view(), 0, rows);
+  return s;
+}
+
+std::vector<float> random_acts(int64_t n, int64_t cols, uint64_t seed) {
+  Rng rng(seed);
+  std::vector<float> x(static_cast<size_t>(n * cols));
+  for (auto& v : x) v = static_cast<float>(rng.normal() * (1.0 + rng.uniform_double()));
+  return x;
+}
+
+const WeightType kTypes[] = {WeightType::F32, WeightType::F16, WeightType::BF16, WeightType::Q8_0, WeightType::Q4_0};
+
+TEST(StoredLinear, EveryKernelEqualsTheReferenceOnEveryTail) {
+  const std::pair<int64_t, int64_t> shapes[] = {{5, 32}, {13, 96}, {37, 288}, {67, 768}, {9, 2048}};
+  const int64_t ns[] = {1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 24, 40, 135};
+  for (const WeightType type : kTypes) {
+    for (const auto& [rows, cols] : shapes) {
+      const StoredWeight w = make_weight(type, rows, cols, static_cast<uint64_t>(rows * 131 + cols));
+      for (const int64_t n : ns) {
+        SCOPED_TRACE(std::string(weight_type_name(type)) + " " + std::to_string(rows) + "x" + std::to_string(cols) +
+                     " n=" + std::to_string(n));
+        const auto x = random_acts(n, cols, static_cast<uint64_t>(n + 7));
+        std::vector<float> y(static_cast<size_t>(n * rows), std::nanf("")), ref(y.size());
+        stored_linear(y.data(), x.data(), w.view(), n);
+        stored_linear_reference(ref.data(), x.data(), w.view(), n);
+        for (int64_t r = 0; r < n; ++r)
+          for (int64_t o = 0; o < rows; ++o) {
+            // Float sums of `cols` terms in some order: a few ulps of the sum of |terms|.
+            double mag = 0;
+            for (int64_t k = 0; k < cols; ++k)
+              mag += std::fabs(static_cast<double>(w.dequantized[static_cast<size_t>(o * cols + k)]) *
+                               x[static_cast<size_t>(r * cols + k)]);
+            const auto i = static_cast<size_t>(r * rows + o);
+            ASSERT_NEAR(y[i], ref[i], 2e-6 * mag + 1e-30) << "row " << r << " output " << o;
+          }
+      }
+    }
+  }
+}
+
+TEST(StoredLinear, ReferenceOfHandWorkedBlocks) {
+  // Q8_0: one block, d_w = 0.5, q_w[j] = (j % 7) - 3; activations integers with max |x| = 127,
+  // so their Q8_0 scale is exactly 1 and q_x = x: y = 0.5 * sum q_w[j] x[j].
+  std::vector<uint8_t> q8(sizeof(BlockQ8_0));
+  auto* b8 = reinterpret_cast<BlockQ8_0*>(q8.data());
+  b8->d = f32_to_f16(0.5f);
+  std::vector<float> x(32);
+  int64_t dot = 0;
+  for (int j = 0; j < 32; ++j) {
+    b8->qs[j] = static_cast<int8_t>(j % 7 - 3);
+    x[static_cast<size_t>(j)] = j == 5 ? -127.0f : static_cast<float>((j * 11) % 23 - 11);
+    dot += (j % 7 - 3) * static_cast<int64_t>(x[static_cast<size_t>(j)]);
+  }
+  float y = 0;
+  stored_linear_reference(&y, x.data(), {WeightType::Q8_0, q8.data(), 1, 32}, 1);
+  EXPECT_EQ(y, 0.5f * static_cast<float>(dot));
+  stored_linear(&y, x.data(), {WeightType::Q8_0, q8.data(), 1, 32}, 1);
+  EXPECT_EQ(y, 0.5f * static_cast<float>(dot));
+  // Q4_0: d_w = 0.25, byte j = (j) | (15 - j) << 4: element j is j - 8, element j + 16 is 7 - j.
+  std::vector<uint8_t> q4(sizeof(BlockQ4_0));
+  auto* b4 = reinterpret_cast<BlockQ4_0*>(q4.data());
+  b4->d = f32_to_f16(0.25f);
+  dot = 0;
+  for (int j = 0; j < 16; ++j) {
+    b4->qs[j] = static_cast<uint8_t>(j | ((15 - j) << 4));
+    dot += (j - 8) * static_cast<int64_t>(x[static_cast<size_t>(j)]) +
+           (7 - j) * static_cast<int64_t>(x[static_cast<size_t>(j + 16)]);
+  }
+  stored_linear_reference(&y, x.data(), {WeightType::Q4_0, q4.data(), 1, 32}, 1);
+  EXPECT_EQ(y, 0.25f * static_cast<float>(dot));
+  stored_linear(&y, x.data(), {WeightType::Q4_0, q4.data(), 1, 32}, 1);
+  EXPECT_EQ(y, 0.25f * static_cast<float>(dot));
+}
+
+TEST(StoredLinear, BlockTypesDifferFromTheFloatProductOnlyByTheActivationRounding) {
+  // Quantizing x to Q8_0 moves each value by at most half its block's scale, so the result is
+  // within sum_b d_x[b] / 2 * sum |w| of the dequantized weights times the float activations.
+  for (const WeightType type : {WeightType::Q8_0, WeightType::Q4_0}) {
+    const int64_t rows = 11, cols = 256, n = 3;
+    const StoredWeight w = make_weight(type, rows, cols, 5);
+    const auto x = random_acts(n, cols, 6);
+    std::vector<float> ref(static_cast<size_t>(n * rows));
+    stored_linear_reference(ref.data(), x.data(), w.view(), n);
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t o = 0; o < rows; ++o) {
+        double exact = 0, bound = 0;
+        for (int64_t b = 0; b < cols / 32; ++b) {
+          double amax = 0, wabs = 0;
+          for (int64_t j = 0; j < 32; ++j) {
+            const auto k = static_cast<size_t>(b * 32 + j);
+            const double wv = w.dequantized[static_cast<size_t>(o * cols) + k],
+                         xv = x[static_cast<size_t>(r * cols) + k];
+            exact += wv * xv;
+            amax = std::max(amax, std::fabs(xv));
+            wabs += std::fabs(wv);
+          }
+          bound += (amax / 127 * 1.001 / 2 + 1e-7) * wabs;
+        }
+        const double got = ref[static_cast<size_t>(r * rows + o)];
+        EXPECT_NEAR(got, exact, bound) << weight_type_name(type) << " row " << r << " output " << o;
+        EXPECT_GT(std::fabs(got - exact), 0.0) << "activations were not quantized";
+      }
+  }
+}
+
+TEST(StoredLinear, SameBitsWithOneAndTwoThreads) {
+  for (const WeightType type : kTypes) {
+    const StoredWeight w = make_weight(type, 301, 512, 9);
+    for (const int64_t n : {int64_t{1}, int64_t{5}, int64_t{37}}) {
+      const auto x = random_acts(n, 512, 10);
+      auto run = [&](int threads) {
+        set_num_threads(threads);
+        std::vector<float> y(static_cast<size_t>(n * 301));
+        stored_linear(y.data(), x.data(), w.view(), n);
+        return y;
+      };
+      const auto one = run(1), two = run(2);
+      set_num_threads(0);
+      EXPECT_EQ(one, two) << weight_type_name(type) << " n=" << n;
+    }
+  }
+}
+
+TEST(StoredLinear, LinearForwardAddsTheBiasAndRefusesABackward) {
+  const StoredWeight w = make_weight(WeightType::Q4_0, 6, 64, 3);
+  const auto x = random_acts(2, 64, 4);
+  const std::vector<float> b = {1, -2, 3, -4, 5, -6};
+  std::vector<float> y(12), ref(12);
+  linear_forward<float>(y.data(), x.data(), w.view(), b.data(), 2);
+  stored_linear_reference(ref.data(), x.data(), w.view(), 2);
+  for (size_t i = 0; i < y.size(); ++i) EXPECT_NEAR(y[i], ref[i] + b[i % 6], 1e-4) << i;
+  std::vector<float> dy(12, 1.0f), dx(128, 0.0f);
+  EXPECT_ERROR(linear_backward<float>(dx.data(), nullptr, nullptr, dy.data(), x.data(), w.view(), 2),
+               ErrorKind::Internal, "");
+}
+
+TEST(StoredLinear, RowBytesAreGgmlsBlockSizes) {
+  EXPECT_EQ(weight_row_bytes(WeightType::F32, 64), 256);
+  EXPECT_EQ(weight_row_bytes(WeightType::F16, 64), 128);
+  EXPECT_EQ(weight_row_bytes(WeightType::BF16, 64), 128);
+  EXPECT_EQ(weight_row_bytes(WeightType::Q8_0, 64), 68);
+  EXPECT_EQ(weight_row_bytes(WeightType::Q4_0, 64), 36);
+}
+
+}  // namespace
+}  // namespace tformer
