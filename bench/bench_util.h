@@ -40,6 +40,27 @@ inline double sgemm_gflops(int reps) {
   return median(rates);
 }
 
+// GB/s of a plain read of a buffer far larger than the caches, on every thread.
+inline double read_bandwidth_gbs(int reps) {
+  const int64_t n = int64_t{1} << 28;  // 1 GiB of floats
+  std::vector<float> buf(n, 1.0f);
+  std::vector<double> rates;
+  for (int r = 0; r < reps; ++r) {
+    double total = 0;
+    const auto t0 = clock_type::now();
+#pragma omp parallel for reduction(+ : total) schedule(static)
+    for (int64_t i = 0; i < n; i += 16) {
+      float s = 0;
+      for (int k = 0; k < 16; ++k) s += buf[i + k];
+      total += s;
+    }
+    const double t = seconds_since(t0);
+    if (total < 0) std::abort();  // keeps the sum alive
+    rates.push_back(static_cast<double>(n) * 4 / t * 1e-9);
+  }
+  return median(rates);
+}
+
 // main() of a Google Benchmark program, with OpenBLAS's build, OPENBLAS_CORETYPE and a note on
 // the peak in the printed context.
 inline int benchmark_main(int argc, char** argv, const char* peak_note) {

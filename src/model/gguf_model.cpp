@@ -15,6 +15,7 @@
 #include "core/float16.h"
 #include "core/rng.h"
 #include "io/gguf.h"
+#include "kernels/qlinear.h"
 #include "kernels/quant.h"
 #include "kernels/softmax.h"
 #include "tokenizer/byte_bpe.h"
@@ -97,15 +98,17 @@ bool is_block_type(GgmlType t) { return t == GgmlType::Q8_0 || t == GgmlType::Q4
 
 // Row r of each head of a [n_heads * hd, cols] projection, in llama.cpp's adjacent-pair order:
 // output row 2i of a head is input row i, output row 2i+1 is input row i + hd/2. `inverse` undoes it.
-std::vector<float> permute_rope_rows(const float* w, int64_t n_heads, int64_t hd, int64_t cols, bool inverse) {
-  std::vector<float> out(static_cast<size_t>(n_heads * hd * cols));
+// E is float for values, uint8_t (cols = bytes of a row) for rows of a stored type.
+template <typename E>
+std::vector<E> permute_rope_rows(const E* w, int64_t n_heads, int64_t hd, int64_t cols, bool inverse) {
+  std::vector<E> out(static_cast<size_t>(n_heads * hd * cols));
   const int64_t half = hd / 2;
   for (int64_t h = 0; h < n_heads; ++h)
     for (int64_t i = 0; i < half; ++i)
       for (int64_t k = 0; k < 2; ++k) {
         const int64_t adjacent = h * hd + 2 * i + k, halves = h * hd + i + k * half;
         const int64_t dst = inverse ? halves : adjacent, src = inverse ? adjacent : halves;
-        std::memcpy(out.data() + dst * cols, w + src * cols, static_cast<size_t>(cols) * sizeof(float));
+        std::memcpy(out.data() + dst * cols, w + src * cols, static_cast<size_t>(cols) * sizeof(E));
       }
   return out;
 }
@@ -977,11 +980,43 @@ LoadedModel load_gguf_model(const std::string& path) {
   auto bias = [&](const std::string& gguf_name, const std::string& name, const std::vector<int64_t>& shape) {
     if (gpt2 || f.find_tensor(gguf_name)) copy(gguf_name, name, shape);
   };
-  copy("token_embd.weight", "tok_embeddings.weight", {c.vocab_size, d});
-  if (c.positions == Positions::Learned) copy("position_embd.weight", "pos_embeddings.weight", {c.context_length, d});
   // Rows from the file's pairing to the model's (permute_rope_rows: inverse = true takes adjacent
   // to halves).
   const bool permute = !fused && (c.rope_pairing == RopePairing::Halves) != neox;
+  // A matrix whose file type the kernels multiply as stored (F16, BF16, Q8_0, Q4_0) is kept in
+  // that type too (rows row0.. of the file's tensor, q and k rows in the model's pairing): the
+  // forward reads it as stored (kernels/qlinear.h); the arena's dequantized values serve the
+  // embedding lookup, training and export.
+  auto keep = [&](const std::string& gguf_name, const std::string& name, int64_t row0, int64_t rows, int64_t heads) {
+    const GgufTensor& t = f.tensor(gguf_name);
+    std::optional<WeightType> type;
+    switch (static_cast<GgmlType>(t.type)) {
+      case GgmlType::F16:
+        type = WeightType::F16;
+        break;
+      case GgmlType::BF16:
+        type = WeightType::BF16;
+        break;
+      case GgmlType::Q8_0:
+        type = WeightType::Q8_0;
+        break;
+      case GgmlType::Q4_0:
+        type = WeightType::Q4_0;
+        break;
+      default:
+        return;
+    }
+    const int64_t row_bytes = weight_row_bytes(*type, t.ne[0]);
+    std::vector<uint8_t> all(static_cast<size_t>(t.nbytes));
+    f.read_bytes(t, all.data(), t.nbytes);
+    TF_CHECK((row0 + rows) * row_bytes <= static_cast<int64_t>(all.size()), "gguf import: {} is short", gguf_name);
+    std::vector<uint8_t> bytes(all.begin() + row0 * row_bytes, all.begin() + (row0 + rows) * row_bytes);
+    if (heads > 0 && permute) bytes = permute_rope_rows(bytes.data(), heads, hd, row_bytes, !neox);
+    out.model->set_stored_weight(name, *type, std::move(bytes));
+  };
+  copy("token_embd.weight", "tok_embeddings.weight", {c.vocab_size, d});
+  if (c.tied_embeddings) keep("token_embd.weight", "tok_embeddings.weight", 0, c.vocab_size, 0);
+  if (c.positions == Positions::Learned) copy("position_embd.weight", "pos_embeddings.weight", {c.context_length, d});
   auto rope_rows = [&](std::vector<float> v, int64_t heads, int64_t cols) {
     return permute ? permute_rope_rows(v.data(), heads, hd, cols, !neox) : v;
   };
@@ -994,7 +1029,9 @@ LoadedModel load_gguf_model(const std::string& path) {
       copy(g + "ffn_norm.bias", t + "ffn_norm.bias", {d});
     }
     copy(g + "attn_output.weight", t + "attn.wo.weight", {d, dq});
+    keep(g + "attn_output.weight", t + "attn.wo.weight", 0, d, 0);
     copy(g + "ffn_down.weight", t + "ffn.w2.weight", {d, c.d_ff});
+    keep(g + "ffn_down.weight", t + "ffn.w2.weight", 0, d, 0);
     if (fused) {
       bias(g + "attn_norm.bias", t + "attn_norm.bias", {d});
       bias(g + "ffn_norm.bias", t + "ffn_norm.bias", {d});
@@ -1002,6 +1039,9 @@ LoadedModel load_gguf_model(const std::string& path) {
       put(t + "attn.wq.weight", qkv, 0);
       put(t + "attn.wk.weight", qkv, static_cast<size_t>(dq * d));
       put(t + "attn.wv.weight", qkv, static_cast<size_t>((dq + dkv) * d));
+      keep(g + "attn_qkv.weight", t + "attn.wq.weight", 0, dq, 0);
+      keep(g + "attn_qkv.weight", t + "attn.wk.weight", dq, dkv, 0);
+      keep(g + "attn_qkv.weight", t + "attn.wv.weight", dq + dkv, dkv, 0);
       if (gpt2 || f.find_tensor(g + "attn_qkv.bias")) {
         const auto qkv_b = take(g + "attn_qkv.bias", {dq + 2 * dkv});
         put(t + "attn.wq.bias", qkv_b, 0);
@@ -1010,17 +1050,24 @@ LoadedModel load_gguf_model(const std::string& path) {
       }
       bias(g + "attn_output.bias", t + "attn.wo.bias", {d});
       copy(g + "ffn_up.weight", t + "ffn.w1.weight", {c.d_ff, d});
+      keep(g + "ffn_up.weight", t + "ffn.w1.weight", 0, c.d_ff, 0);
       bias(g + "ffn_up.bias", t + "ffn.w1.bias", {c.d_ff});
       bias(g + "ffn_down.bias", t + "ffn.w2.bias", {d});
     } else {
       put(t + "attn.wq.weight", rope_rows(take(g + "attn_q.weight", {dq, d}), c.n_heads, d));
       put(t + "attn.wk.weight", rope_rows(take(g + "attn_k.weight", {dkv, d}), c.n_kv_heads, d));
       copy(g + "attn_v.weight", t + "attn.wv.weight", {dkv, d});
+      keep(g + "attn_q.weight", t + "attn.wq.weight", 0, dq, c.n_heads);
+      keep(g + "attn_k.weight", t + "attn.wk.weight", 0, dkv, c.n_kv_heads);
+      keep(g + "attn_v.weight", t + "attn.wv.weight", 0, dkv, 0);
       if (starcoder2) {
         copy(g + "ffn_up.weight", t + "ffn.w1.weight", {c.d_ff, d});
+        keep(g + "ffn_up.weight", t + "ffn.w1.weight", 0, c.d_ff, 0);
       } else {
         copy(g + "ffn_gate.weight", t + "ffn.w1.weight", {c.d_ff, d});
         copy(g + "ffn_up.weight", t + "ffn.w3.weight", {c.d_ff, d});
+        keep(g + "ffn_gate.weight", t + "ffn.w1.weight", 0, c.d_ff, 0);
+        keep(g + "ffn_up.weight", t + "ffn.w3.weight", 0, c.d_ff, 0);
       }
       // Each bias the file has (a missing one stays zero; starcoder2's output and feed-forward
       // ones must be there); q and k in the model's row order.
@@ -1042,7 +1089,10 @@ LoadedModel load_gguf_model(const std::string& path) {
   copy("output_norm.weight", "norm.weight", {d});
   if (fused) bias("output_norm.bias", "norm.bias", {d});
   if (neox) copy("output_norm.bias", "norm.bias", {d});
-  if (!c.tied_embeddings) copy("output.weight", "output.weight", {c.vocab_size, d});
+  if (!c.tied_embeddings) {
+    copy("output.weight", "output.weight", {c.vocab_size, d});
+    keep("output.weight", "output.weight", 0, c.vocab_size, 0);
+  }
   if (tied_again && f.find_tensor("output.weight")) {
     // Written twice for stablelm: it must be the embedding again.
     const GgufTensor& out_t = f.tensor("output.weight");

@@ -7,6 +7,7 @@
 #include "kernels/attention.h"
 #include "kernels/flash_attention.h"
 #include "kernels/linear.h"
+#include "kernels/qlinear.h"
 
 namespace tformer {
 
@@ -24,6 +25,61 @@ int64_t BasicModel<T>::n_params() const {
   int64_t n = 0;
   for (const auto& e : params_.entries()) n += e.shape.numel();
   return n;
+}
+
+template <typename T>
+void BasicModel<T>::set_stored_weight(const std::string& name, WeightType type, std::vector<uint8_t> bytes) {
+  if constexpr (!std::is_same_v<T, float>) {
+    fail_input(name, "set_stored_weight: {} weights run in float models only", weight_type_name(type));
+  } else {
+    if (type == WeightType::F64) fail_input(name, "set_stored_weight: f64 is no stored type");
+    stored_.push_back(std::move(bytes));
+    const std::vector<uint8_t>& buf = stored_.back();
+    auto view = [&](int64_t rows, int64_t cols) {
+      if ((type == WeightType::Q8_0 || type == WeightType::Q4_0) && cols % 32 != 0)
+        fail_input(name, "{}: rows of {} values are not whole blocks of 32 for {}", name, cols, weight_type_name(type));
+      const int64_t want = rows * weight_row_bytes(type, cols);
+      if (static_cast<int64_t>(buf.size()) != want)
+        fail_input(name, "{}: {} bytes given, a [{}, {}] {} matrix has {}", name, buf.size(), rows, cols,
+                   weight_type_name(type), want);
+      return Weight<T>{type, buf.data(), rows, cols};
+    };
+    bool found = false;
+    if (name == "tok_embeddings.weight" && config_.tied_embeddings) {
+      weights_.output = view(config_.vocab_size, config_.d_model);
+      found = true;
+    }
+    visit_model_tensors(weights_, config_, [&](const std::string& n, const Shape& shape, auto& field) {
+      if constexpr (std::is_same_v<std::decay_t<decltype(field)>, Weight<T>>) {
+        if (n == name) {
+          field = view(shape[0], shape[1]);
+          found = true;
+        }
+      }
+    });
+    if (!found) {
+      stored_.pop_back();
+      fail_input(name, "set_stored_weight: '{}' is not a matrix the forward multiplies", name);
+    }
+  }
+}
+
+template <typename T>
+double BasicModel<T>::weight_bytes_per_token() const {
+  ModelParams<T> w = weights_;
+  double bytes = 0;
+  visit_model_tensors(w, config_, [&](const std::string&, const Shape& shape, auto& field) {
+    if constexpr (std::is_same_v<std::decay_t<decltype(field)>, Weight<T>>) {
+      bytes += static_cast<double>(field.rows) * static_cast<double>(weight_row_bytes(field.type, field.cols));
+    } else if (shape.rank() == 2) {
+      bytes += static_cast<double>(shape[1]) * sizeof(T);  // an embedding table: one row
+    } else {
+      bytes += static_cast<double>(shape.numel()) * sizeof(T);
+    }
+  });
+  if (config_.tied_embeddings)
+    bytes += static_cast<double>(w.output.rows) * static_cast<double>(weight_row_bytes(w.output.type, w.output.cols));
+  return bytes;
 }
 
 template <typename T>

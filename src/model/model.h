@@ -64,6 +64,17 @@ class BasicModel {
   void forward_cached(T* logits, const TokenId* ids, int64_t batch, int64_t n, const int64_t* n_valid,
                       BasicKVCache<T>& cache, bool all_positions);
 
+  // Serves matrix `name` (a linear weight of model/params.h's list, or tok_embeddings.weight for
+  // a tied model, whose output projection it is) from `bytes` in a stored type (kernels/qlinear.h:
+  // F16, BF16, Q8_0, Q4_0, row-major, [rows][row bytes]) rather than from the arena: the forward
+  // then reads the weight as it is stored. The arena keeps its dequantized values, which the
+  // embedding lookup, training (--init-from) and export read. float models only; an Error for a
+  // name that is no matrix or bytes of the wrong size.
+  void set_stored_weight(const std::string& name, WeightType type, std::vector<uint8_t> bytes);
+  // Bytes of the weights one decode step reads: every matrix in its type, plus one row of each
+  // embedding table and the norm gains and biases.
+  double weight_bytes_per_token() const;
+
   // Grows the workspace to hold a chunk of `rows` token rows (batch x chunk) and `batch`
   // sequences, so that the first forward of that size allocates nothing either.
   void reserve(int64_t rows, int64_t batch);
@@ -88,7 +99,8 @@ class BasicModel {
   ModelConfig config_;
   BasicArena<T> params_;
   ModelParams<T> weights_;
-  std::vector<T> sinusoidal_;  // [context_length, d_model] when positions = sinusoidal
+  std::vector<std::vector<uint8_t>> stored_;  // the buffers of set_stored_weight
+  std::vector<T> sinusoidal_;                 // [context_length, d_model] when positions = sinusoidal
   AttentionKernel attention_kernel_ = AttentionKernel::Tiled;
   Workspace ws_;
 };
