@@ -4,7 +4,7 @@ SAN_BUILD ?= build-sanitize
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure build build-tformer test test-sanitize test-interop build-portable demo bench lint ci-full clean
+.PHONY: all deps configure build build-tformer test test-sanitize test-interop build-portable test-portable test-portable-kernels demo bench lint ci-full clean
 
 all: build
 
@@ -44,11 +44,24 @@ test-sanitize: deps
 	@cmake --build $(SAN_BUILD) -j $(JOBS)
 	@cd $(SAN_BUILD) && OMP_WAIT_POLICY=passive ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j $(JOBS)
 
-# The library, CLI and benchmarks for a portable x86-64-v2 target (no -march=native): proves the
-# code does not depend on this CPU's instruction set.
+# The library, CLI, benchmarks and tests for a portable x86-64-v2 target (no -march=native, so
+# no AVX-512: every kernel takes its portable path): proves the code does not depend on this
+# CPU's instruction set, and that the portable kernels pass the same tests.
 build-portable: deps
-	@cmake -S . -B build-portable -G Ninja -DCMAKE_BUILD_TYPE=Release -DTFORMER_NATIVE=OFF -DTFORMER_BUILD_TESTS=OFF $(CMAKE_FLAGS) > /dev/null
+	@cmake -S . -B build-portable -G Ninja -DCMAKE_BUILD_TYPE=Release -DTFORMER_NATIVE=OFF $(CMAKE_FLAGS) > /dev/null
 	@cmake --build build-portable -j $(JOBS)
+
+# Every test on the portable build (make ci-full).
+test-portable: build-portable
+	@cd build-portable && ctest --output-on-failure -j $(JOBS)
+
+# CI's share of it: the kernel tests (the code that differs by instruction set: each kernel's
+# AVX-512 path against its portable one) on the portable build, which builds the library and
+# just those tests.
+test-portable-kernels: deps
+	@cmake -S . -B build-portable -G Ninja -DCMAKE_BUILD_TYPE=Release -DTFORMER_NATIVE=OFF $(CMAKE_FLAGS) > /dev/null
+	@cmake --build build-portable -j $(JOBS) --target $$(cd tests && ls test_kernels_*.cpp | sed 's/\.cpp$$//')
+	@cd build-portable && ctest --output-on-failure -j $(JOBS) -L kernels
 
 # The main job. scripts/demo.sh runs nothing but $(BUILD)/tformer, so only that is built.
 demo: build-tformer
@@ -64,8 +77,8 @@ lint: configure
 	@bash scripts/lint.sh $(BUILD) $(JOBS)
 
 # Everything CI runs (.ci/run: format, test, test-interop, demo) plus the slow checks it leaves out:
-# clang-tidy on every translation unit, the sanitizer tests, the portable build.
-ci-full: lint test-sanitize build-portable
+# clang-tidy on every translation unit, the sanitizer tests, every test on the portable build.
+ci-full: lint test-sanitize test-portable
 	@bash .ci/run
 
 clean:

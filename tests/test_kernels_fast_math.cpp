@@ -23,12 +23,13 @@ std::vector<T> sweep(double lo, double hi, int n) {
 
 const test::OpBounds kExpF{"exp_f vs std::exp in double", {{"y", {.rtol = 1.2e-7}}}};
 const test::OpBounds kExpNonposD{"exp_nonpos_d vs std::exp", {{"y", {.rtol = 6e-16}}}};
-// For x <= 0, Phi(x) is the tail itself and keeps relative accuracy (3.5e-7 at worst near 0), but
-// the float rounding of x^2 inside exp(-x^2 / 2) costs more of it as x grows (about 1.9e-6 at
-// x = -5, 1.4e-5 at x = -12): the bound is 4e-7 (1 + x^2) relative. For x > 0, Phi(x) = 1 - tail is within an ulp or
+// For x <= 0, Phi(x) is the tail itself and keeps relative accuracy (3.5e-7 at worst near 0 with
+// FMA, 4.2e-7 in the portable build, which has none), but the float rounding of x^2 inside
+// exp(-x^2 / 2) costs more of it as x grows (about 1.9e-6 at x = -5, 1.4e-5 at x = -12): the
+// bound is 4.5e-7 (1 + x^2) relative. For x > 0, Phi(x) = 1 - tail is within an ulp or
 // two of 1 in absolute terms.
 const test::OpBounds kNormalCdfLower{"normal_cdf_f vs erfc in double, x <= 0",
-                                     {{"y", {.rtol = 4e-7, .rtol_of_scale = 4e-7}}}};
+                                     {{"y", {.rtol = 4.5e-7, .rtol_of_scale = 4.5e-7}}}};
 const test::OpBounds kNormalCdfUpper{"normal_cdf_f vs erfc in double, x >= 0", {{"y", {.atol = 2.5e-7}}}};
 
 test::OpCase exp_f_case(double lo, double hi) {

@@ -5,7 +5,7 @@
 //   exp_nonpos_d: relative error below 6e-16 on (-708, 0]; 0 at -708 and below.
 //   normal_cdf_f: Phi(x) = erfc(-x / sqrt 2) / 2 with the Chebyshev-fitted erfc of Press et al.
 //                 (Numerical Recipes, "erfcc"), so the lower tail keeps relative accuracy instead
-//                 of being 1 - (1 - tiny): within 4e-7 (1 + x^2) relative for x <= 0 (the float
+//                 of being 1 - (1 - tiny): within 4.5e-7 (1 + x^2) relative for x <= 0 (the float
 //                 rounding of x^2 in exp(-x^2/2) grows with x: 1.9e-6 at x = -5), within 2.5e-7
 //                 absolute for x >= 0.
 #pragma once
