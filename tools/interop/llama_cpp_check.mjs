@@ -103,10 +103,11 @@ const MODELS = [
   {name: "llama_halves_mha_tied", config: {...llamaBase, rope_pairing: "halves", bias: false, tied_embeddings: true, rope_base: 500}, type: "f32", bound: 1e-5},
   {name: "llama_halves_gqa_f16", config: {...llamaBase, n_kv_heads: 2, rope_pairing: "halves", bias: false, tied_embeddings: false}, type: "f16", bound: 5e-3},
   {name: "llama_halves_gqa_bf16", config: {...llamaBase, n_kv_heads: 2, rope_pairing: "halves", bias: false, tied_embeddings: false}, type: "bf16", bound: 5e-2},
-  // ggml's block formats: llama.cpp multiplies them against activations it rounds to Q8 blocks,
-  // tformer (for now) against float32 activations after dequantizing the weights.
-  {name: "llama_halves_gqa_q8_0", config: {...llamaBase, n_kv_heads: 2, rope_pairing: "halves", bias: false, tied_embeddings: false}, type: "q8_0", bound: 5e-2},
-  {name: "llama_halves_gqa_q4_0", config: {...llamaBase, n_kv_heads: 2, rope_pairing: "halves", bias: false, tied_embeddings: false}, type: "q4_0", bound: 5e-2},
+  // ggml's block formats: both multiply the same blocks against activations rounded to Q8_0
+  // blocks by the same rule (kernels/qlinear.h), with exact integer sums per block, so only the
+  // float sums' order differs: the F32 bound holds (measured 2.6e-7 and 1.4e-7).
+  {name: "llama_halves_gqa_q8_0", config: {...llamaBase, n_kv_heads: 2, rope_pairing: "halves", bias: false, tied_embeddings: false}, type: "q8_0", bound: 1e-5},
+  {name: "llama_halves_gqa_q4_0", config: {...llamaBase, n_kv_heads: 2, rope_pairing: "halves", bias: false, tied_embeddings: false}, type: "q4_0", bound: 1e-5},
   {name: "gpt2_learned_tied", config: {...gpt2Base, positions: "learned", bias: true, tied_embeddings: true}, type: "f32", bound: 2e-3},
   {name: "gpt2_sinusoidal_gqa_untied_nobias", config: {...gpt2Base, n_kv_heads: 2, positions: "sinusoidal", bias: false, tied_embeddings: false}, type: "f32", bound: 2e-3},
   {name: "gpt2_learned_erf_f16", config: {...gpt2Base, activation: "gelu", positions: "learned", bias: true, tied_embeddings: true}, type: "f16", bound: 5e-3},
