@@ -316,9 +316,12 @@ TEST_F(GgufModelTest, BlockTypesQuantizeEveryMatrixAndReadBackDequantized) {
 
 // F16, BF16, Q8_0 and Q4_0 matrices stay in their type and the forward multiplies them as stored
 // (kernels/qlinear.h), with the fused gpt2 qkv split and llama's q/k rows permuted as whole rows.
-// F16/BF16 against a dense model of the same (dequantized) weights: float sums in another order.
-// Q8_0/Q4_0 also round the activations to Q8 blocks: near the dense model, not equal to it; and
-// one token at a time (the few-row kernel) equals the whole prompt at once (the tiled kernel).
+// F16 multiplies the float activations: it equals a dense model of the same (dequantized) weights
+// to float precision. BF16, Q8_0 and Q4_0 also round the activations they multiply (to bf16 or Q8
+// blocks, as llama.cpp does), so their logits move by that rounding; a wrong row order would move
+// them by the logits' own size. One token at a time (the few-row kernels) against the whole prompt
+// (the tiled ones): the same rules, but a rounding step can fall either way of a float sum's last
+// bit, so the two agree to the rounding's scale, not to float precision.
 TEST_F(GgufModelTest, StoredTypesRunAsStoredLikeTheirDequantizedWeights) {
   const auto tok = CharTokenizer::bytes();
   const char* configs[] = {
@@ -350,13 +353,13 @@ TEST_F(GgufModelTest, StoredTypesRunAsStoredLikeTheirDequantizedWeights) {
         scale = std::max(scale, std::fabs(static_cast<double>(want[i])));
         diff = std::max(diff, std::fabs(static_cast<double>(got[i]) - want[i]));
       }
-      const bool blocks = wt == WeightType::Q8_0 || wt == WeightType::Q4_0;
-      // (The block types' 8-bit activations on these peaked random models: up to 6.5% of the
-      // largest logit, 0.65 of 10; the row order is proven by F16 and BF16, which share the
-      // loader's code, and the kernels by kernels/qlinear's tests and llama.cpp's own results.)
-      EXPECT_LE(diff, (blocks ? 0.2 : 1e-5) * scale);
-      if (blocks) {
-        EXPECT_GT(diff, 1e-6 * scale) << "the activations were not rounded to Q8 blocks";
+      // Measured on these peaked random models: BF16 and the block types up to 6.5e-2 of the
+      // largest logit (0.65 of 10).
+      if (wt == WeightType::F16) {
+        EXPECT_LE(diff, 1e-5 * scale);
+      } else {
+        EXPECT_LE(diff, 0.2 * scale);
+        EXPECT_GT(diff, 1e-6 * scale) << "the activations were not rounded";
       }
       // Token by token through the cache (n = 1: the few-row kernel) against the whole prompt.
       KVCache cache = q.make_cache(1, static_cast<int64_t>(ids.size()));
@@ -364,7 +367,8 @@ TEST_F(GgufModelTest, StoredTypesRunAsStoredLikeTheirDequantizedWeights) {
       for (size_t t = 0; t < ids.size(); ++t) {
         q.forward_cached(row.data(), &ids[t], 1, 1, nullptr, cache, false);
         for (size_t v = 0; v < row.size(); ++v)
-          ASSERT_NEAR(row[v], got[t * row.size() + v], 1e-5 * scale) << "position " << t << " token " << v;
+          // (measured: below 6e-4 of the largest logit)
+          ASSERT_NEAR(row[v], got[t * row.size() + v], 2e-3 * scale) << "position " << t << " token " << v;
       }
     }
   }

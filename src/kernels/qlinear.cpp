@@ -21,13 +21,16 @@
     defined(__F16C__)
 #define TFORMER_QLINEAR_VNNI 1
 #endif
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512BF16__)
+#define TFORMER_QLINEAR_BF16 1
+#endif
 
 namespace tformer {
 namespace {
 
 constexpr int64_t QK = kQuantBlockValues;
 constexpr int64_t kFewRows = 8;         // n below this: the weights are streamed once, rows against rows
-constexpr int64_t kPanelRows = 512;     // F16 / BF16 weight rows converted per sgemm call
+constexpr int64_t kPanelRows = 2048;    // F16 / BF16 weight rows converted per sgemm call (its NC)
 constexpr int64_t kGroupsPerPass = 16;  // activation groups of 8 rows a pass of the tiled product covers
 
 const uint8_t* row_ptr(const Weight<float>& W, int64_t r) {
@@ -288,40 +291,58 @@ void block_tile_vnni(float* y, int64_t ldy, const Weight<float>& W, int64_t o0, 
     for (auto& v : row) v = _mm256_setzero_ps();
   const __m256i c128 = _mm256_set1_epi8(static_cast<char>(0x80)), low4 = _mm256_set1_epi8(0x0F);
   const __m256i zero = _mm256_setzero_si256();
+  const __m256i high_half_by_4 = _mm256_set_epi64x(4, 4, 0, 0);  // Q4_0: the high nibbles to the upper half
+  const __m256i lane[4] = {_mm256_set1_epi32(0), _mm256_set1_epi32(1), _mm256_set1_epi32(2), _mm256_set1_epi32(3)};
   const RowPrefetch ahead(W, o0, a.nb);
-  for (int64_t b = 0; b < a.nb; ++b) {
+  const int8_t* xq[C];  // the activation rows' values, unsigned values, scales and Q4_0 starts
+  const uint8_t* xu[C];
+  const float* xd[C];
+  const int32_t* xl[C];
+  for (int j = 0; j < C; ++j) {
+    xq[j] = a.q + (r0 + j) * a.in;
+    xu[j] = a.u + (r0 + j) * a.in;
+    xd[j] = a.d + (r0 + j) * a.nb;
+    xl[j] = a.lane + (r0 + j) * a.nb * 8;
+  }
+  const int64_t nb = a.nb;
+  // Per block: the four rows' values (and for Q8_0 their 128 * sum, lane by lane), and their four
+  // scales converted together; then per activation row the four scales times its own, broadcast
+  // lane by lane, scale each integer sum. (The instruction count per block and row is what bounds
+  // this loop once the weights are in cache: one conversion and one multiply serve four rows.)
+  for (int64_t b = 0; b < nb; ++b) {
     ahead.at(b);
     __m256i wv[4], neg[4];
-    float dw[4];
+    __m128i h = _mm_setzero_si128();
     for (int i = 0; i < 4; ++i) {
       if constexpr (kQ4) {
         const auto* blk = reinterpret_cast<const BlockQ4_0*>(w[i]) + b;
-        const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk->qs));
-        wv[i] = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), low4);  // elements 0..15, 16..31
-        dw[i] = _cvtsh_ss(blk->d);
+        // Both halves hold the 16 bytes; the upper one shifted by 4: elements 0..15, then 16..31.
+        const __m256i q = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk->qs)));
+        wv[i] = _mm256_and_si256(_mm256_srlv_epi64(q, high_half_by_4), low4);
         neg[i] = zero;
+        h = _mm_insert_epi16(h, static_cast<int>(blk->d), i);
       } else {
         const auto* blk = reinterpret_cast<const BlockQ8_0*>(w[i]) + b;
         wv[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qs));
         neg[i] = _mm256_dpbusd_epi32(zero, c128, wv[i]);  // 128 * sum w, lane by lane
-        dw[i] = _cvtsh_ss(blk->d);
+        h = _mm_insert_epi16(h, static_cast<int>(blk->d), i);
       }
     }
+    const __m256 dw = _mm256_castps128_ps256(_mm_cvtph_ps(h));  // lanes 0..3: the rows' scales
     for (int j = 0; j < C; ++j) {
-      const int64_t r = r0 + j;
-      const float dx = a.d[r * a.nb + b];
+      const __m256 s4 = _mm256_mul_ps(dw, _mm256_set1_ps(xd[j][b]));
       if constexpr (kQ4) {
-        const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.q + r * a.in + b * QK));
-        const __m256i start = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.lane + (r * a.nb + b) * 8));
+        const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[j] + b * QK));
+        const __m256i start = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xl[j] + b * 8));
         for (int i = 0; i < 4; ++i) {
           const __m256i s = _mm256_dpbusd_epi32(start, wv[i], xv);
-          acc[j][i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(dw[i] * dx), acc[j][i]);
+          acc[j][i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_permutevar8x32_ps(s4, lane[i]), acc[j][i]);
         }
       } else {
-        const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.u + r * a.in + b * QK));
+        const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xu[j] + b * QK));
         for (int i = 0; i < 4; ++i) {
           const __m256i s = _mm256_sub_epi32(_mm256_dpbusd_epi32(zero, xv, wv[i]), neg[i]);
-          acc[j][i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(dw[i] * dx), acc[j][i]);
+          acc[j][i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_permutevar8x32_ps(s4, lane[i]), acc[j][i]);
         }
       }
     }
@@ -508,6 +529,166 @@ void block_gemm_vnni(float* y, const Weight<float>& W, const QuantActs& a) {
 }
 #endif
 
+// BF16: the activations rounded to bf16 (as llama.cpp's vec_dot_bf16 takes them), back in
+// float: x_r[n, in] (the portable build's form of bf16_rows / bf16_gemm).
+enum : size_t { kSlotRounded = 24, kSlotBf16 = 0 };
+[[maybe_unused]] const float* round_acts(const float* x, int64_t n, int64_t in, WeightType t) {
+  const auto total = static_cast<size_t>(n * in);
+  const ScratchBuffer<float> r(kSlotRounded, total, ScratchBuffer<float>::Unfilled{});
+  float* rp = r.data();
+  parallel_for(n, n * in >= (1 << 15), [&](int64_t row) {
+    for (int64_t k = row * in; k < (row + 1) * in; ++k)
+      rp[k] = t == WeightType::F16 ? f16_to_f32(f32_to_f16(x[k])) : bf16_to_f32(f32_to_bf16(x[k]));
+  });
+  return rp;
+}
+
+#if defined(TFORMER_QLINEAR_BF16)
+// The activations as bf16 (vcvtne2ps2bf16: nearest even, as f32_to_bf16, denormals flushed):
+// row-major [n, in], for the few-row kernel.
+const uint16_t* bf16_acts(const float* x, int64_t n, int64_t in) {
+  const ScratchBuffer<uint16_t> b(kSlotBf16, static_cast<size_t>(n * in + 32), ScratchBuffer<uint16_t>::Unfilled{});
+  uint16_t* bp = b.data();
+  parallel_for(n, n * in >= (1 << 15), [&](int64_t row) {
+    const float* xr = x + row * in;
+    uint16_t* o = bp + row * in;
+    int64_t k = 0;
+    for (; k + 32 <= in; k += 32)
+      _mm512_storeu_si512(
+          o + k, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(_mm512_loadu_ps(xr + k + 16), _mm512_loadu_ps(xr + k))));
+    for (; k < in; ++k) o[k] = f32_to_bf16(xr[k]);
+  });
+  return bp;
+}
+
+// Few rows: y[j, o0 + i] for i < m (<= 4 weight rows), j < C activation rows (bf16, [C][in]):
+// vdpbf16ps multiplies 32 pairs of bf16 into 16 float sums per instruction.
+template <int C>
+void bf16_tile(float* y, int64_t ldy, const Weight<float>& W, int64_t o0, int64_t m, const uint16_t* xb, int64_t in) {
+  const uint16_t* w[4];
+  for (int64_t i = 0; i < 4; ++i)
+    w[i] = reinterpret_cast<const uint16_t*>(row_ptr(W, o0 + std::min<int64_t>(i, m - 1)));
+  __m512 acc[C][4];
+  for (auto& row : acc)
+    for (auto& v : row) v = _mm512_setzero_ps();
+  const RowPrefetch ahead(W, o0, (in + 31) / 32);
+  for (int64_t k = 0; k < in; k += 32) {
+    ahead.at(k / 32);
+    const __mmask32 mk = in - k >= 32 ? ~__mmask32(0) : (__mmask32(1) << (in - k)) - 1;
+    __m512bh v[4];
+    for (int i = 0; i < 4; ++i) v[i] = reinterpret_cast<__m512bh>(_mm512_maskz_loadu_epi16(mk, w[i] + k));
+    for (int j = 0; j < C; ++j) {
+      const __m512bh xv = reinterpret_cast<__m512bh>(_mm512_maskz_loadu_epi16(mk, xb + j * in + k));
+      for (int i = 0; i < 4; ++i) acc[j][i] = _mm512_dpbf16_ps(acc[j][i], v[i], xv);
+    }
+  }
+  for (int j = 0; j < C; ++j)
+    for (int64_t i = 0; i < m; ++i) y[j * ldy + o0 + i] = _mm512_reduce_add_ps(acc[j][i]);
+}
+
+void bf16_rows(float* y, const Weight<float>& W, const float* x, int64_t n) {
+  const int64_t out = W.rows, in = W.cols, quads = (out + 3) / 4;
+  const uint16_t* xb = bf16_acts(x, n, in);
+  parallel_for(quads, out * in >= 65536, [&](int64_t qd) {
+    const int64_t o0 = 4 * qd, m = std::min<int64_t>(4, out - o0);
+    int64_t r = 0;
+    for (; r + 4 <= n; r += 4) bf16_tile<4>(y + r * out, out, W, o0, m, xb + r * in, in);
+    switch (n - r) {
+      case 3:
+        bf16_tile<3>(y + r * out, out, W, o0, m, xb + r * in, in);
+        break;
+      case 2:
+        bf16_tile<2>(y + r * out, out, W, o0, m, xb + r * in, in);
+        break;
+      case 1:
+        bf16_tile<1>(y + r * out, out, W, o0, m, xb + r * in, in);
+        break;
+      default:
+        break;
+    }
+  });
+}
+
+// Many rows (even `in`): lanes = activation rows. The activations packed as group g of 8 rows,
+// pair p (values 2p, 2p + 1): 32 bytes, row l's pair at bytes 4l..4l+3; a weight row's pair
+// (4 contiguous bytes of the row) is broadcast, so one vdpbf16ps advances 8 rows by a pair.
+enum : size_t { kSlotBf16Packed = 1 };
+template <int NG>
+void bf16_gemm_tile(float* y, int64_t ldy, int64_t n, const uint16_t* const* w, int64_t in, int64_t o0, int64_t m,
+                    const uint16_t* xp, int64_t g0) {
+  const int64_t pairs = in / 2;
+  __m256 acc[4][NG];
+  for (auto& row : acc)
+    for (auto& v : row) v = _mm256_setzero_ps();
+  const uint16_t* xg[NG];
+  for (int g = 0; g < NG; ++g) xg[g] = xp + (g0 + g) * pairs * 16;
+  for (int64_t p = 0; p < pairs; ++p) {
+    __m256bh xv[NG];
+    for (int g = 0; g < NG; ++g)
+      xv[g] = reinterpret_cast<__m256bh>(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xg[g] + p * 16)));
+    for (int i = 0; i < 4; ++i) {
+      int32_t pair;
+      std::memcpy(&pair, w[i] + 2 * p, 4);
+      const __m256bh wb = reinterpret_cast<__m256bh>(_mm256_set1_epi32(pair));
+      for (int g = 0; g < NG; ++g) acc[i][g] = _mm256_dpbf16_ps(acc[i][g], xv[g], wb);
+    }
+  }
+  for (int g = 0; g < NG; ++g) {
+    alignas(32) float lanes[4][8];
+    for (int i = 0; i < 4; ++i) _mm256_store_ps(lanes[i], acc[i][g]);
+    for (int64_t l = 0; l < 8; ++l) {
+      const int64_t r = (g0 + g) * 8 + l;
+      if (r >= n) break;
+      for (int64_t i = 0; i < m; ++i) y[r * ldy + o0 + i] = lanes[i][l];
+    }
+  }
+}
+
+void bf16_gemm(float* y, const Weight<float>& W, const float* x, int64_t n) {
+  const int64_t out = W.rows, in = W.cols, pairs = in / 2, groups = (n + 7) / 8, quads = (out + 3) / 4;
+  const uint16_t* xb = bf16_acts(x, n, in);
+  const ScratchBuffer<uint16_t> packed(kSlotBf16Packed, static_cast<size_t>(groups * pairs * 16),
+                                       ScratchBuffer<uint16_t>::Unfilled{});
+  uint16_t* xp = packed.data();
+  parallel_for(groups, n * in >= (1 << 15), [&](int64_t g) {
+    for (int64_t p = 0; p < pairs; ++p)
+      for (int64_t l = 0; l < 8; ++l) {
+        const int64_t r = g * 8 + l;
+        uint16_t* cell = xp + (g * pairs + p) * 16 + 2 * l;
+        cell[0] = r < n ? xb[r * in + 2 * p] : 0;
+        cell[1] = r < n ? xb[r * in + 2 * p + 1] : 0;
+      }
+  });
+  constexpr int64_t kGroups = 4;  // activation groups per tile: 4 x 8 rows
+  parallel_region(out * in * n >= (1 << 20), [&] {
+    for (int64_t g_begin = 0; g_begin < groups; g_begin += kGroupsPerPass) {
+      const int64_t g_end = std::min(groups, g_begin + kGroupsPerPass);
+      for_static(quads, [&](int64_t qd) {
+        const int64_t o0 = 4 * qd, m = std::min<int64_t>(4, out - o0);
+        const uint16_t* w[4];
+        for (int64_t i = 0; i < 4; ++i)
+          w[i] = reinterpret_cast<const uint16_t*>(row_ptr(W, o0 + std::min<int64_t>(i, m - 1)));
+        int64_t g = g_begin;
+        for (; g + kGroups <= g_end; g += kGroups) bf16_gemm_tile<4>(y, out, n, w, in, o0, m, xp, g);
+        switch (g_end - g) {
+          case 3:
+            bf16_gemm_tile<3>(y, out, n, w, in, o0, m, xp, g);
+            break;
+          case 2:
+            bf16_gemm_tile<2>(y, out, n, w, in, o0, m, xp, g);
+            break;
+          case 1:
+            bf16_gemm_tile<1>(y, out, n, w, in, o0, m, xp, g);
+            break;
+          default:
+            break;
+        }
+      });
+    }
+  });
+}
+#endif
+
 // F16 / BF16 with many rows: panels of weight rows converted to float, each through the sgemm.
 void dense_panels_gemm(float* y, const Weight<float>& W, const float* x, int64_t n) {
   const int64_t out = W.rows, in = W.cols;
@@ -606,18 +787,29 @@ void stored_linear(float* y, const float* x, const Weight<float>& W, int64_t n) 
                                       : block_rows_plain<WeightType::Q4_0>(y, W, a);
 #endif
   }
-  if (n >= kFewRows && W.type != WeightType::F32) return dense_panels_gemm(y, W, x, n);
+#if defined(TFORMER_QLINEAR_BF16)
+  if (W.type == WeightType::BF16) {
+    if (n >= kFewRows && W.cols % 2 == 0) return bf16_gemm(y, W, x, n);
+    return bf16_rows(y, W, x, n);
+  }
+#endif
+  // F16: the float activations times the weights converted to float (no rounding: Zen 4 has no
+  // f16 dot product for rounded activations to feed, and exact products keep F16 files at float32
+  // accuracy). BF16 without the instruction: its rounded activations in float, each product
+  // exact, so only the float sums' order differs from bf16_rows / bf16_gemm.
+  const float* xr = W.type == WeightType::BF16 ? round_acts(x, n, W.cols, W.type) : x;
+  if (n >= kFewRows && W.type != WeightType::F32) return dense_panels_gemm(y, W, xr, n);
 #if defined(__AVX512F__)
   switch (W.type) {
     case WeightType::F32:
-      return dense_rows_avx512<WeightType::F32>(y, W, x, n);
+      return dense_rows_avx512<WeightType::F32>(y, W, xr, n);
     case WeightType::F16:
-      return dense_rows_avx512<WeightType::F16>(y, W, x, n);
+      return dense_rows_avx512<WeightType::F16>(y, W, xr, n);
     default:
-      return dense_rows_avx512<WeightType::BF16>(y, W, x, n);
+      return dense_rows_avx512<WeightType::BF16>(y, W, xr, n);
   }
 #else
-  dense_rows_plain(y, W, x, n);
+  dense_rows_plain(y, W, xr, n);
 #endif
 }
 
@@ -641,7 +833,11 @@ void stored_linear_reference(float* y, const float* x, const Weight<float>& W, i
           acc += static_cast<double>(dw) * f16_to_f32(xq[static_cast<size_t>(b)].d) * s;
         }
       } else {
-        for (int64_t k = 0; k < in; ++k) acc += static_cast<double>(dense_value(W.type, row, k)) * xr[k];
+        for (int64_t k = 0; k < in; ++k) {
+          // BF16 multiplies the activations rounded to bf16; F16 and F32 the float ones.
+          const float xv = W.type == WeightType::BF16 ? bf16_to_f32(f32_to_bf16(xr[k])) : xr[k];
+          acc += static_cast<double>(dense_value(W.type, row, k)) * xv;
+        }
       }
       y[r * out + o] = static_cast<float>(acc);
     }

@@ -5,10 +5,17 @@
 //   y[n, out] = x[n, in] W[out, in]^T            (overwrites y; the bias is linear_forward's)
 //
 // What each type multiplies:
-//   F16, BF16   the weights converted to float (exactly) times the float activations, summed in
-//               float. Few rows (n < 8): every weight read once, converted in registers.
-//               More rows (prefill, eval): panels of 512 weight rows converted to float, each
-//               through the sgemm (kernels/matmul.h), whose FLOPs then outweigh the conversion.
+//   F16         the weights converted to float (exactly) times the float activations, summed in
+//               float. Few rows (n < 8): every weight read once, converted in registers. More rows
+//               (prefill, eval): panels of 2048 weight rows converted to float, each through the
+//               sgemm (kernels/matmul.h), whose FLOPs then outweigh the conversion.
+//   BF16        as llama.cpp does (its vec_dot_type for BF16 is BF16): the activations rounded to
+//               bf16 (nearest even), then products of bf16 pairs summed in float. With AVX-512
+//               BF16, vdpbf16ps takes 32 pairs an instruction: few rows, each weight row against
+//               each activation row; more rows (n >= 8), a register tile of 4 weight rows x 32
+//               activation rows whose lanes are activation rows (a weight row's pair broadcast),
+//               twice the float sgemm's multiply-adds per instruction. Without it, the rounded
+//               activations in float through the F16 paths.
 //   Q8_0, Q4_0  as llama.cpp does (its vec_dot_type is Q8_0 for both): each row of x is first
 //               quantized to Q8_0 blocks by ggml's reference rule (kernels/quant.h), then each
 //               block pair is an exact integer dot product scaled by d_w * d_x:
