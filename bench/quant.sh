@@ -9,7 +9,7 @@
 #
 #   bash bench/quant.sh [BUILD]                       # BUILD defaults to build
 #   LLAMA_BENCH=/path/to/llama-bench bash bench/quant.sh
-#   SHAPES="110M" TYPES="q8_0 q4_0" REPS=5 bash bench/quant.sh
+#   SHAPES="110M" TYPES="q8_0 q4_0" REPS=5 bash bench/quant.sh      # REPS: rounds (default 3)
 #
 # llama-bench is not built here: build it by hand from a llama.cpp snapshot (CPU only,
 # -DGGML_NATIVE=ON, server and examples off). The vocabulary is a 32,000-token byte-level BPE
@@ -54,32 +54,43 @@ done
 
 results="$out/results.jsonl"
 : > "$results"
-for s in $shapes; do
-  for t in $types; do
-    f="$out/stories$s-$t.gguf"
-    echo "== stories$s $t" >&2
-    line="$("$B" --reps "$reps" --json "$f")"
-    lt=0 lp=0
-    if [[ -n "${LLAMA_BENCH:-}" ]]; then
-      csv="$("$LLAMA_BENCH" -m "$f" -t 2 -p 512 -n 128 -r "$reps" -o csv 2> /dev/null)"
-      # avg_ts is the last-but-one column; n_prompt = 512 marks pp512, n_gen = 128 tg128.
-      lp="$(echo "$csv" | awk -F, 'NR > 1 && $0 ~ /"512","0"/ {gsub(/"/, "", $(NF-1)); print $(NF-1)}')"
-      lt="$(echo "$csv" | awk -F, 'NR > 1 && $0 ~ /"0","128"/ {gsub(/"/, "", $(NF-1)); print $(NF-1)}')"
-    fi
-    echo "${line%\}}, \"shape\": \"$s\", \"llama_tg128\": ${lt:-0}, \"llama_pp512\": ${lp:-0}}" >> "$results"
+# Rounds: in each, every file once through bench_quant and once through llama-bench, so that a
+# drift of this shared machine's speed (its bandwidth moved between 22 and 36 GB/s within minutes)
+# falls on both sides alike; the table shows each side's median over the rounds.
+for round in $(seq "$reps"); do
+  for s in $shapes; do
+    for t in $types; do
+      f="$out/stories$s-$t.gguf"
+      echo "== round $round: stories$s $t" >&2
+      line="$("$B" --reps 1 --json "$f")"
+      lt=0 lp=0
+      if [[ -n "${LLAMA_BENCH:-}" ]]; then
+        csv="$("$LLAMA_BENCH" -m "$f" -t 2 -p 512 -n 128 -r 1 -o csv 2> /dev/null)"
+        # avg_ts is the last-but-one column; n_prompt = 512 marks pp512, n_gen = 128 tg128.
+        lp="$(echo "$csv" | awk -F, 'NR > 1 && $0 ~ /"512","0"/ {gsub(/"/, "", $(NF-1)); print $(NF-1)}')"
+        lt="$(echo "$csv" | awk -F, 'NR > 1 && $0 ~ /"0","128"/ {gsub(/"/, "", $(NF-1)); print $(NF-1)}')"
+      fi
+      echo "${line%\}}, \"shape\": \"$s\", \"llama_tg128\": ${lt:-0}, \"llama_pp512\": ${lp:-0}}" >> "$results"
+    done
   done
 done
 
 python3 - "$results" << 'EOF'
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1])]
-print(f"{'shape':>5} {'type':>5} {'MB/tok':>7} {'decode':>8} {'bound':>8} {'%bound':>6} {'llama tg128':>11} {'x':>5}"
-      f" {'prefill':>8} {'llama pp512':>11} {'x':>5}  (tokens/s; bandwidth GB/s)")
-for r in rows:
-    lt, lp = r["llama_tg128"], r["llama_pp512"]
-    xt = f"{r['decode_tps'] / lt:5.2f}" if lt else "    -"
-    xp = f"{r['prefill_tps'] / lp:5.2f}" if lp else "    -"
-    print(f"{r['shape']:>5} {r['type']:>5} {r['bytes_per_token'] / 1e6:7.1f} {r['decode_tps']:8.1f} {r['bound_tps']:8.1f}"
-          f" {100 * r['decode_tps'] / r['bound_tps']:5.0f}% {lt or 0:11.1f} {xt} {r['prefill_tps']:8.1f} {lp or 0:11.1f} {xp}"
-          f"  ({r['bandwidth_gbs']:.1f})")
+import json, statistics, sys
+runs = [json.loads(l) for l in open(sys.argv[1])]
+keys = []
+for r in runs:
+    if (r["shape"], r["type"]) not in keys:
+        keys.append((r["shape"], r["type"]))
+med = lambda rs, k: statistics.median(r[k] for r in rs)
+print(f"{'shape':>5} {'type':>7} {'MB/tok':>7} {'decode':>8} {'bound':>8} {'%bound':>6} {'llama tg128':>11} {'x':>5}"
+      f" {'prefill':>8} {'llama pp512':>11} {'x':>5}  (tokens/s, medians of {len(runs) // max(1, len(keys))} rounds; GB/s)")
+for shape, typ in keys:
+    rs = [r for r in runs if (r["shape"], r["type"]) == (shape, typ)]
+    dec, pre, bnd, bw = med(rs, "decode_tps"), med(rs, "prefill_tps"), med(rs, "bound_tps"), med(rs, "bandwidth_gbs")
+    lt, lp = med(rs, "llama_tg128"), med(rs, "llama_pp512")
+    xt = f"{dec / lt:5.2f}" if lt else "    -"
+    xp = f"{pre / lp:5.2f}" if lp else "    -"
+    print(f"{shape:>5} {typ:>7} {rs[0]['bytes_per_token'] / 1e6:7.1f} {dec:8.1f} {bnd:8.1f} {100 * dec / bnd:5.0f}%"
+          f" {lt:11.1f} {xt} {pre:8.1f} {lp:11.1f} {xp}  ({bw:.1f})")
 EOF
