@@ -53,14 +53,20 @@ for arch in gpt2 llama; do
   check "$arch: eval from the GGUF file" test -n "$e2" -a "$e1" = "$e2"
 done
 
-# tformer quantize: Q8_0 and Q4_0 files that generate and eval read (dequantized), a quarter and an
-# eighth of the F32 file's matrices; an unknown type is refused and writes nothing.
+# tformer quantize: Q8_0 and Q4_0 files that generate, logits and eval multiply as stored and
+# train --init-from dequantizes, a quarter and an eighth of the F32 file's matrices; an unknown
+# type is refused and writes nothing.
 st="$tmp/run-llama/model.safetensors"
 for ty in q8_0 q4_0 bf16; do
   "$tf" quantize --model "$st" --type "$ty" --out "$tmp/q-$ty.gguf" > "$tmp/quantize.log" 2>&1
   check "quantize --type $ty" grep -q "tensors ($ty)" "$tmp/quantize.log"
   check "... generate reads it" test -n "$("$tf" generate --model "$tmp/q-$ty.gguf" --prompt "ROMEO:" --max-new-tokens 8 --temperature 0)"
   check "... eval reads it" grep -q "perplexity" <("$tf" eval --model "$tmp/q-$ty.gguf" --data "$data" --max-tokens 500)
+  "$tf" logits --model "$tmp/q-$ty.gguf" --tokens "1 5 2" --chunk 1 --out "$tmp/q-$ty.bin" > /dev/null 2>&1
+  check "... logits reads it" test -s "$tmp/q-$ty.bin"
+  "$tf" train --init-from "$tmp/q-$ty.gguf" --data "$data" --out "$tmp/ft-$ty" --steps 1 --batch 2 --context 8 \
+    --eval-every 0 --eval-steps 1 --threads 2 > /dev/null 2>&1
+  check "... train --init-from trains on it" test -s "$tmp/ft-$ty/model.safetensors"
 done
 check "q4_0 is smaller than q8_0, smaller than bf16" \
   test "$(stat -c %s "$tmp/q-q4_0.gguf")" -lt "$(stat -c %s "$tmp/q-q8_0.gguf")" -a \
