@@ -75,7 +75,7 @@ void run_shape(const BenchShape& sh, int reps, double bandwidth, double sgemm) {
   const double bound = bandwidth * 1e9 / weight_bytes;
   fmt::print(
       "{:>5} decode b=1   {:8.1f} tok/s  weights {:.0f} MB/token  bound {:.1f} tok/s  {:.0f}% of bound   "
-      "llama2.c {:.1f} tok/s (x{:.2f})  llama.cpp tg128 {:.1f} (x{:.2f})\n",
+      "recorded: llama2.c {:.1f} tok/s (x{:.2f})  llama.cpp tg128 {:.1f} (x{:.2f})\n",
       sh.name, tps, weight_bytes * 1e-6, bound, 100 * tps / bound, sh.llama2c_decode, tps / sh.llama2c_decode,
       sh.llamacpp_tg128, tps / sh.llamacpp_tg128);
 
@@ -96,7 +96,7 @@ void run_shape(const BenchShape& sh, int reps, double bandwidth, double sgemm) {
   const double flops_per_token =
       2.0 * (weight_bytes / 4 - static_cast<double>(V * sh.dim)) + 4.0 * sh.layers * (P / 2.0) * sh.dim;
   fmt::print(
-      "{:>5} prefill {:4} {:8.1f} tok/s  {:.1f} GFLOP/s = {:.0f}% of sgemm {:.1f} GFLOP/s   llama.cpp pp512 "
+      "{:>5} prefill {:4} {:8.1f} tok/s  {:.1f} GFLOP/s = {:.0f}% of sgemm {:.1f} GFLOP/s   recorded llama.cpp pp512 "
       "{:.0f} (x{:.2f})\n",
       sh.name, P, ptps, ptps * flops_per_token * 1e-9, 100 * ptps * flops_per_token * 1e-9 / sgemm, sgemm,
       sh.llamacpp_pp512, ptps / sh.llamacpp_pp512);

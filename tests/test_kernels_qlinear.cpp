@@ -207,7 +207,7 @@ TEST(StoredLinear, LinearForwardAddsTheBiasAndRefusesABackward) {
   for (size_t i = 0; i < y.size(); ++i) EXPECT_NEAR(y[i], ref[i] + b[i % 6], 1e-4) << i;
   std::vector<float> dy(12, 1.0f), dx(128, 0.0f);
   EXPECT_ERROR(linear_backward<float>(dx.data(), nullptr, nullptr, dy.data(), x.data(), w.view(), 2),
-               ErrorKind::Internal, "");
+               ErrorKind::Internal, "", "no backward through a q4_0 weight");
 }
 
 TEST(StoredLinear, RepackingRegroupsTheSameBytesAndMeansTheSameValues) {

@@ -336,6 +336,23 @@ void dense_rows_avx512(float* y, const Weight<float>& W, const float* x, int64_t
 }
 #endif
 
+#if defined(TFORMER_QLINEAR_VNNI) || defined(TFORMER_QLINEAR_BF16)
+// A tiled product's result: acc[i][g] lane l is weight row o0 + i (i < m) for activation row
+// (g0 + g) * 8 + l (rows past n are padding).
+template <int NG>
+void store_lane_tile(float* y, int64_t ldy, int64_t n, int64_t o0, int64_t m, const __m256 (&acc)[4][NG], int64_t g0) {
+  for (int g = 0; g < NG; ++g) {
+    alignas(32) float lanes[4][8];
+    for (int i = 0; i < 4; ++i) _mm256_store_ps(lanes[i], acc[i][g]);
+    for (int64_t l = 0; l < 8; ++l) {
+      const int64_t r = (g0 + g) * 8 + l;
+      if (r >= n) break;
+      for (int64_t i = 0; i < m; ++i) y[r * ldy + o0 + i] = lanes[i][l];
+    }
+  }
+}
+#endif
+
 #if defined(TFORMER_QLINEAR_VNNI)
 inline float hsum8(__m256 v) {
   const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -564,15 +581,7 @@ void block_gemm_tile(float* y, int64_t ldy, int64_t n, const uint8_t* wq, const 
             _mm256_fmadd_ps(_mm256_cvtepi32_ps(ia[i][g]), _mm256_mul_ps(_mm256_set1_ps(wd[i * nb + b]), dx), acc[i][g]);
     }
   }
-  for (int g = 0; g < NG; ++g) {
-    alignas(32) float lanes[4][8];
-    for (int i = 0; i < 4; ++i) _mm256_store_ps(lanes[i], acc[i][g]);
-    for (int64_t l = 0; l < 8; ++l) {
-      const int64_t r = (g0 + g) * 8 + l;
-      if (r >= n) break;
-      for (int64_t i = 0; i < m; ++i) y[r * ldy + o0 + i] = lanes[i][l];
-    }
-  }
+  store_lane_tile<NG>(y, ldy, n, o0, m, acc, g0);
 }
 
 // Weight rows o0.. (m <= 4; missing ones repeat the last) unpacked for block_gemm_tile.
@@ -732,15 +741,7 @@ void bf16_gemm_tile(float* y, int64_t ldy, int64_t n, const uint16_t* const* w, 
       for (int g = 0; g < NG; ++g) acc[i][g] = _mm256_dpbf16_ps(acc[i][g], xv[g], wb);
     }
   }
-  for (int g = 0; g < NG; ++g) {
-    alignas(32) float lanes[4][8];
-    for (int i = 0; i < 4; ++i) _mm256_store_ps(lanes[i], acc[i][g]);
-    for (int64_t l = 0; l < 8; ++l) {
-      const int64_t r = (g0 + g) * 8 + l;
-      if (r >= n) break;
-      for (int64_t i = 0; i < m; ++i) y[r * ldy + o0 + i] = lanes[i][l];
-    }
-  }
+  store_lane_tile<NG>(y, ldy, n, o0, m, acc, g0);
 }
 
 void bf16_gemm(float* y, const Weight<float>& W, const float* x, int64_t n) {

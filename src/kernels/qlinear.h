@@ -15,7 +15,8 @@
 //               each activation row; more rows (n >= 8), a register tile of 4 weight rows x 32
 //               activation rows whose lanes are activation rows (a weight row's pair broadcast),
 //               twice the float sgemm's multiply-adds per instruction. Without it, the rounded
-//               activations in float through the F16 paths.
+//               activations in float through the F16 paths. (vcvtne2ps2bf16 flushes subnormal
+//               activations, below 1.2e-38, to zero, where the reference rounds them.)
 //   Q8_0, Q4_0  as llama.cpp does (its vec_dot_type is Q8_0 for both): each row of x is first
 //               quantized to Q8_0 blocks by ggml's reference rule (kernels/quant.h), then each
 //               block pair is an exact integer dot product scaled by d_w * d_x:
