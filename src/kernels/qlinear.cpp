@@ -29,9 +29,10 @@ namespace tformer {
 namespace {
 
 constexpr int64_t QK = kQuantBlockValues;
-constexpr int64_t kFewRows = 8;         // n below this: the weights are streamed once, rows against rows
-constexpr int64_t kPanelRows = 2048;    // F16 / BF16 weight rows converted per sgemm call (its NC)
-constexpr int64_t kGroupsPerPass = 16;  // activation groups of 8 rows a pass of the tiled product covers
+constexpr int64_t kFewRows = 8;                    // n below this: the weights are streamed once, rows against rows
+constexpr int64_t kPanelRows = 2048;               // F16 / BF16 weight rows converted per sgemm call (its NC)
+constexpr int64_t kGroupsPerPass = 16;             // activation groups of 8 rows a pass of the tiled product covers
+constexpr int64_t kActsPerPassBytes = 512 * 1024;  // at least; the block types' passes take this much
 
 const uint8_t* row_ptr(const Weight<float>& W, int64_t r) {
   return static_cast<const uint8_t*>(W.data) + r * weight_row_bytes(W.type, W.cols);
@@ -594,17 +595,20 @@ void unpack_weight_rows(uint8_t* wq, float* wd, int32_t* wneg, const Weight<floa
       uint8_t* dst = wq + i * in + b * QK;
       if constexpr (kT == WeightType::Q8_0) {
         const auto* blk = reinterpret_cast<const BlockQ8_0*>(row) + b;
-        std::memcpy(dst, blk->qs, QK);
-        int32_t s = 0;
-        for (int64_t j = 0; j < QK; ++j) s += blk->qs[j];
-        wneg[i * nb + b] = -128 * s;
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qs));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), v);
+        // -128 * sum w: vpdpbusd of the bytes against -128 would need a signed first operand;
+        // 128 * (lane sums), summed, negated.
+        const __m256i lanes = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(1), v);
+        const __m128i h = _mm_add_epi32(_mm256_castsi256_si128(lanes), _mm256_extracti128_si256(lanes, 1));
+        const __m128i q = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4E));
+        wneg[i * nb + b] = -128 * _mm_cvtsi128_si32(_mm_add_epi32(q, _mm_shuffle_epi32(q, 0xB1)));
         wd[i * nb + b] = _cvtsh_ss(blk->d);
       } else {
         const Q4Block blk = q4_block(row, b, nb, kT == WeightType::Q4_0_R8);
-        for (int64_t j = 0; j < QK / 2; ++j) {
-          dst[j] = blk.qs[j] & 0x0F;
-          dst[j + QK / 2] = blk.qs[j] >> 4;
-        }
+        const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.qs)), low4 = _mm_set1_epi8(0x0F);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), _mm_and_si128(q, low4));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + QK / 2), _mm_and_si128(_mm_srli_epi16(q, 4), low4));
         wneg[i * nb + b] = 0;
         wd[i * nb + b] = _cvtsh_ss(blk.d);
       }
@@ -621,9 +625,12 @@ void block_gemm_vnni(float* y, const Weight<float>& W, const QuantActs& a) {
     const ScratchBuffer<float> wd(kSlotWd, static_cast<size_t>(4 * nb), ScratchBuffer<float>::Unfilled{});
     const ScratchBuffer<int32_t> wneg(kSlotWneg, static_cast<size_t>(4 * nb), ScratchBuffer<int32_t>::Unfilled{});
     // Passes over the activations a slice of groups at a time, so that the slice stays in L2
-    // while every weight tile of this thread meets it.
-    for (int64_t g_begin = 0; g_begin < p.groups; g_begin += kGroupsPerPass) {
-      const int64_t g_end = std::min(p.groups, g_begin + kGroupsPerPass);
+    // while every weight tile of this thread meets it; each pass unpacks the tiles again, so a
+    // slice is as large as half the L2 allows (all 512 rows of a prompt when a row is at most
+    // 1,024 values).
+    const int64_t per_pass = std::max(kGroupsPerPass, kActsPerPassBytes / (nb * 256));
+    for (int64_t g_begin = 0; g_begin < p.groups; g_begin += per_pass) {
+      const int64_t g_end = std::min(p.groups, g_begin + per_pass);
       for_static(quads, [&](int64_t qd) {
         const int64_t o0 = 4 * qd, m = std::min<int64_t>(4, out - o0);
         unpack_weight_rows<kT>(wq.data(), wd.data(), wneg.data(), W, o0, m);
