@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <span>
+#include <type_traits>
 
 #include "core/error.h"
 #include "core/float16.h"
@@ -63,6 +64,23 @@ inline Q4Block q4_block(const uint8_t* row, int64_t b, int64_t nb, bool r8) {
   return out;
 }
 
+// f(std::integral_constant<int, C>{}, r) over the activation rows from r on: four at a time, then
+// the one to three left, so that each tile's row count is a constant its registers are laid out by.
+template <typename F>
+void for_row_tiles(int64_t n, int64_t r, F&& f) {
+  for (; r + 4 <= n; r += 4) f(std::integral_constant<int, 4>{}, r);
+  switch (n - r) {
+    case 3:
+      return f(std::integral_constant<int, 3>{}, r);
+    case 2:
+      return f(std::integral_constant<int, 2>{}, r);
+    case 1:
+      return f(std::integral_constant<int, 1>{}, r);
+    default:
+      return;
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Activations quantized to Q8_0 (ggml's reference rule), one row at a time.
 //   q    [n, in]     int8 values
@@ -95,16 +113,23 @@ enum : size_t {
   kSlotPairStart = 3
 };
 
-QuantActs quantize_acts(const float* x, int64_t n, int64_t in, bool pairs = false) {
+// What a kernel reads beside q and d: the unsigned copy (Q8_0, few rows), Q4_0's lane starts (few
+// rows) and the pair arrangement (Q4_0_R8, few rows). The tiled kernels and the portable loops
+// read q and d only.
+struct ActsNeed {
+  bool unsigned_copy = false, lanes = false, pairs = false;
+};
+
+QuantActs quantize_acts(const float* x, int64_t n, int64_t in, ActsNeed need = {}) {
   QuantActs a;
   a.n = n;
   a.in = in;
   a.nb = in / QK;
   const auto total = static_cast<size_t>(n * in), blocks = static_cast<size_t>(n * a.nb);
   const ScratchBuffer<int8_t> q(kSlotQ, total, ScratchBuffer<int8_t>::Unfilled{});
-  const ScratchBuffer<uint8_t> u(kSlotU, total, ScratchBuffer<uint8_t>::Unfilled{});
+  const ScratchBuffer<uint8_t> u(kSlotU, need.unsigned_copy ? total : 0, ScratchBuffer<uint8_t>::Unfilled{});
   const ScratchBuffer<float> d(kSlotD, blocks, ScratchBuffer<float>::Unfilled{});
-  const ScratchBuffer<int32_t> lane(kSlotLane, blocks * 8, ScratchBuffer<int32_t>::Unfilled{});
+  const ScratchBuffer<int32_t> lane(kSlotLane, need.lanes ? blocks * 8 : 0, ScratchBuffer<int32_t>::Unfilled{});
   const int8_t* qp = q.data();
   uint8_t* up = u.data();
   float* dp = d.data();
@@ -117,22 +142,25 @@ QuantActs quantize_acts(const float* x, int64_t n, int64_t in, bool pairs = fals
       const BlockQ8_0& bq = blk[static_cast<size_t>(b)];
       dp[r * a.nb + b] = f16_to_f32(bq.d);
       auto* qrow = const_cast<int8_t*>(qp) + r * in + b * QK;
-      uint8_t* urow = up + r * in + b * QK;
-      int32_t* lanes = lp + (r * a.nb + b) * 8;
+      std::memcpy(qrow, bq.qs, QK);
+      // (the buffers a kernel does not read are empty: no pointer into them is formed)
+      uint8_t* urow = need.unsigned_copy ? up + r * in + b * QK : nullptr;
+      int32_t* lanes = need.lanes ? lp + (r * a.nb + b) * 8 : nullptr;
 #if defined(TFORMER_QLINEAR_VNNI)
       const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bq.qs));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(qrow), v);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(urow),
-                          _mm256_xor_si256(v, _mm256_set1_epi8(static_cast<char>(0x80))));
-      const __m256i sums = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(8), v);  // 8 * lane sums
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(lanes), _mm256_sub_epi32(_mm256_setzero_si256(), sums));
-#else
-      for (int64_t j = 0; j < QK; ++j) {
-        qrow[j] = bq.qs[j];
-        urow[j] = static_cast<uint8_t>(static_cast<int>(bq.qs[j]) + 128);
+      if (need.unsigned_copy)
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(urow),
+                            _mm256_xor_si256(v, _mm256_set1_epi8(static_cast<char>(0x80))));
+      if (need.lanes) {
+        const __m256i sums = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(8), v);  // 8 * lane sums
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(lanes), _mm256_sub_epi32(_mm256_setzero_si256(), sums));
       }
-      for (int64_t l = 0; l < 8; ++l)
-        lanes[l] = -8 * (qrow[4 * l] + qrow[4 * l + 1] + qrow[4 * l + 2] + qrow[4 * l + 3]);
+#else
+      if (need.unsigned_copy)
+        for (int64_t j = 0; j < QK; ++j) urow[j] = static_cast<uint8_t>(static_cast<int>(bq.qs[j]) + 128);
+      if (need.lanes)
+        for (int64_t l = 0; l < 8; ++l)
+          lanes[l] = -8 * (qrow[4 * l] + qrow[4 * l + 1] + qrow[4 * l + 2] + qrow[4 * l + 3]);
 #endif
     }
   });
@@ -140,7 +168,7 @@ QuantActs quantize_acts(const float* x, int64_t n, int64_t in, bool pairs = fals
   a.u = up;
   a.d = dp;
   a.lane = lp;
-  if (pairs) {
+  if (need.pairs) {
     a.groups = a.nb / kR8;
     const auto cells = static_cast<size_t>(n * a.groups * 4);
     const ScratchBuffer<int8_t> pq(kSlotPairQ, cells * 64, ScratchBuffer<int8_t>::Unfilled{});
@@ -318,21 +346,9 @@ void dense_rows_avx512(float* y, const Weight<float>& W, const float* x, int64_t
   const int64_t out = W.rows, in = W.cols, quads = (out + 3) / 4;
   parallel_for(quads, out * in >= 65536, [&](int64_t qd) {
     const int64_t o0 = 4 * qd, m = std::min<int64_t>(4, out - o0);
-    int64_t r = 0;
-    for (; r + 4 <= n; r += 4) dense_tile_avx512<kT, 4>(y + r * out, out, W, o0, m, x + r * in, in);
-    switch (n - r) {
-      case 3:
-        dense_tile_avx512<kT, 3>(y + r * out, out, W, o0, m, x + r * in, in);
-        break;
-      case 2:
-        dense_tile_avx512<kT, 2>(y + r * out, out, W, o0, m, x + r * in, in);
-        break;
-      case 1:
-        dense_tile_avx512<kT, 1>(y + r * out, out, W, o0, m, x + r * in, in);
-        break;
-      default:
-        break;
-    }
+    for_row_tiles(n, 0, [&](auto c, int64_t r) {
+      dense_tile_avx512<kT, decltype(c)::value>(y + r * out, out, W, o0, m, x + r * in, in);
+    });
   });
 }
 #endif
@@ -383,9 +399,9 @@ void block_tile_vnni(float* y, int64_t ldy, const Weight<float>& W, int64_t o0, 
   const int32_t* xl[C];
   for (int j = 0; j < C; ++j) {
     xq[j] = a.q + (r0 + j) * a.in;
-    xu[j] = a.u + (r0 + j) * a.in;
     xd[j] = a.d + (r0 + j) * a.nb;
-    xl[j] = a.lane + (r0 + j) * a.nb * 8;
+    xu[j] = kQ4 ? nullptr : a.u + (r0 + j) * a.in;         // built for Q8_0 only
+    xl[j] = kQ4 ? a.lane + (r0 + j) * a.nb * 8 : nullptr;  // built for Q4_0 only
   }
   const int64_t nb = a.nb;
   int64_t b0 = 0;
@@ -474,20 +490,7 @@ void block_rows_vnni(float* y, const Weight<float>& W, const QuantActs& a) {
     int64_t r = 0;
     if constexpr (kT == WeightType::Q4_0_R8)  // two activation rows at a time: the tile's registers
       for (; r + 2 <= n; r += 2) block_tile_vnni<kT, 2>(y, out, W, o0, m, a, r);
-    for (; r + 4 <= n; r += 4) block_tile_vnni<kT, 4>(y, out, W, o0, m, a, r);
-    switch (n - r) {
-      case 3:
-        block_tile_vnni<kT, 3>(y, out, W, o0, m, a, r);
-        break;
-      case 2:
-        block_tile_vnni<kT, 2>(y, out, W, o0, m, a, r);
-        break;
-      case 1:
-        block_tile_vnni<kT, 1>(y, out, W, o0, m, a, r);
-        break;
-      default:
-        break;
-    }
+    for_row_tiles(n, r, [&](auto c, int64_t r0) { block_tile_vnni<kT, decltype(c)::value>(y, out, W, o0, m, a, r0); });
   });
 }
 
@@ -647,13 +650,12 @@ void block_gemm_vnni(float* y, const Weight<float>& W, const QuantActs& a) {
 // BF16: the activations rounded to bf16 (as llama.cpp's vec_dot_bf16 takes them), back in
 // float: x_r[n, in] (the portable build's form of bf16_rows / bf16_gemm).
 enum : size_t { kSlotRounded = 24, kSlotBf16 = 0 };
-[[maybe_unused]] const float* round_acts(const float* x, int64_t n, int64_t in, WeightType t) {
+[[maybe_unused]] const float* round_acts_bf16(const float* x, int64_t n, int64_t in) {
   const auto total = static_cast<size_t>(n * in);
   const ScratchBuffer<float> r(kSlotRounded, total, ScratchBuffer<float>::Unfilled{});
   float* rp = r.data();
   parallel_for(n, n * in >= (1 << 15), [&](int64_t row) {
-    for (int64_t k = row * in; k < (row + 1) * in; ++k)
-      rp[k] = t == WeightType::F16 ? f16_to_f32(f32_to_f16(x[k])) : bf16_to_f32(f32_to_bf16(x[k]));
+    for (int64_t k = row * in; k < (row + 1) * in; ++k) rp[k] = bf16_to_f32(f32_to_bf16(x[k]));
   });
   return rp;
 }
@@ -706,21 +708,8 @@ void bf16_rows(float* y, const Weight<float>& W, const float* x, int64_t n) {
   const uint16_t* xb = bf16_acts(x, n, in);
   parallel_for(quads, out * in >= 65536, [&](int64_t qd) {
     const int64_t o0 = 4 * qd, m = std::min<int64_t>(4, out - o0);
-    int64_t r = 0;
-    for (; r + 4 <= n; r += 4) bf16_tile<4>(y + r * out, out, W, o0, m, xb + r * in, in);
-    switch (n - r) {
-      case 3:
-        bf16_tile<3>(y + r * out, out, W, o0, m, xb + r * in, in);
-        break;
-      case 2:
-        bf16_tile<2>(y + r * out, out, W, o0, m, xb + r * in, in);
-        break;
-      case 1:
-        bf16_tile<1>(y + r * out, out, W, o0, m, xb + r * in, in);
-        break;
-      default:
-        break;
-    }
+    for_row_tiles(
+        n, 0, [&](auto c, int64_t r) { bf16_tile<decltype(c)::value>(y + r * out, out, W, o0, m, xb + r * in, in); });
   });
 }
 
@@ -894,13 +883,11 @@ void dequantize_weight_rows(float* out, const Weight<float>& W, int64_t r0, int6
         dequantize_row_q4_0(std::span<const BlockQ4_0>(reinterpret_cast<const BlockQ4_0*>(row), in / QK), o);
         break;
       case WeightType::Q4_0_R8:
-        for (int64_t b = 0; b < in / QK; ++b) {
-          const Q4Block blk = q4_block(row, b, in / QK, true);
-          const float d = f16_to_f32(blk.d);
-          for (int64_t j = 0; j < QK / 2; ++j) {
-            dst[b * QK + j] = d * static_cast<float>((blk.qs[j] & 0x0F) - 8);
-            dst[b * QK + j + QK / 2] = d * static_cast<float>((blk.qs[j] >> 4) - 8);
-          }
+        for (int64_t b = 0; b < in / QK; ++b) {  // each block back in ggml's layout
+          const Q4Block at = q4_block(row, b, in / QK, true);
+          BlockQ4_0 blk{at.d, {}};
+          std::memcpy(blk.qs, at.qs, sizeof(blk.qs));
+          dequantize_row_q4_0(std::span<const BlockQ4_0>(&blk, 1), o.subspan(static_cast<size_t>(b * QK), QK));
         }
         break;
       case WeightType::F32:
@@ -918,7 +905,11 @@ void stored_linear(float* y, const float* x, const Weight<float>& W, int64_t n) 
   if (n <= 0 || W.rows == 0) return;
   if (is_block_type(W.type)) {
 #if defined(TFORMER_QLINEAR_VNNI)
-    const QuantActs a = quantize_acts(x, n, W.cols, W.type == WeightType::Q4_0_R8 && n < kFewRows);
+    const bool few = n < kFewRows;
+    const QuantActs a = quantize_acts(x, n, W.cols,
+                                      {.unsigned_copy = few && W.type == WeightType::Q8_0,
+                                       .lanes = few && W.type != WeightType::Q8_0,
+                                       .pairs = few && W.type == WeightType::Q4_0_R8});
     switch (W.type) {
       case WeightType::Q8_0:
         return n >= kFewRows ? block_gemm_vnni<WeightType::Q8_0>(y, W, a) : block_rows_vnni<WeightType::Q8_0>(y, W, a);
@@ -950,7 +941,7 @@ void stored_linear(float* y, const float* x, const Weight<float>& W, int64_t n) 
   // f16 dot product for rounded activations to feed, and exact products keep F16 files at float32
   // accuracy). BF16 without the instruction: its rounded activations in float, each product
   // exact, so only the float sums' order differs from bf16_rows / bf16_gemm.
-  const float* xr = W.type == WeightType::BF16 ? round_acts(x, n, W.cols, W.type) : x;
+  const float* xr = W.type == WeightType::BF16 ? round_acts_bf16(x, n, W.cols) : x;
   if (n >= kFewRows && W.type != WeightType::F32) return dense_panels_gemm(y, W, xr, n);
 #if defined(__AVX512F__)
   switch (W.type) {
