@@ -10,7 +10,7 @@
 # docs/architecture.md, which the ctest test build.layers_doc compares with this table). An include
 # of a layer above or beside: move the piece it needs down instead.
 
-set(TFORMER_LAYERS core kernels tokenizer io plot model generate train cli)
+set(TFORMER_LAYERS core kernels tokenizer io plot model generate train serve cli)
 
 set(TFORMER_LAYER_DEPS_core "")
 set(TFORMER_LAYER_DEPS_kernels core)
@@ -20,7 +20,8 @@ set(TFORMER_LAYER_DEPS_plot core)
 set(TFORMER_LAYER_DEPS_model core kernels tokenizer io)
 set(TFORMER_LAYER_DEPS_generate core kernels model)
 set(TFORMER_LAYER_DEPS_train core kernels tokenizer io model)
-set(TFORMER_LAYER_DEPS_cli core kernels tokenizer io plot model generate train)
+set(TFORMER_LAYER_DEPS_serve core kernels tokenizer io model generate)
+set(TFORMER_LAYER_DEPS_cli core kernels tokenizer io plot model generate train serve)
 
 # Fails (FATAL_ERROR) unless every listed dependency is a layer that comes before its user.
 function(tformer_validate_layers)

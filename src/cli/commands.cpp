@@ -11,6 +11,7 @@ void register_all(CLI::App& app) {
   register_plot(app);
   register_train(app);
   register_convert(app);
+  register_serve(app);
 }
 
 }  // namespace tformer::cli

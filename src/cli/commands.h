@@ -16,5 +16,6 @@ void register_generate(CLI::App& app);        // generate.cpp: generate, logits
 void register_plot(CLI::App& app);            // plot.cpp: plot (loss curves as a PNG)
 void register_train(CLI::App& app);           // train.cpp: train
 void register_convert(CLI::App& app);         // convert.cpp: export (GGUF), import (Hugging Face)
+void register_serve(CLI::App& app);           // serve.cpp: serve (the OpenAI-compatible server)
 
 }  // namespace tformer::cli

@@ -21,13 +21,19 @@ namespace tformer {
 
 // A [batch, time, heads, head_dim] tensor with head_dim contiguous and explicit strides for the
 // other three, so the same kernel reads projections laid out [B, T, H, hd] and a KV cache laid
-// out [B, H, capacity, hd].
+// out [B, H, capacity, hd]. With `seq`, sequence b of a call is sequence seq[b] of the storage
+// (a KV cache's slots: a server's batch is the sequences that run this step, wherever they live).
 template <typename T>
 struct HeadsView {
   T* data = nullptr;
   int64_t stride_b = 0, stride_t = 0, stride_h = 0;
-  T* at(int64_t b, int64_t t, int64_t h) const { return data + b * stride_b + t * stride_t + h * stride_h; }
-  operator HeadsView<const T>() const requires(!std::is_const_v<T>) { return {data, stride_b, stride_t, stride_h}; }
+  const int64_t* seq = nullptr;  // null: sequence b is storage sequence b
+  T* at(int64_t b, int64_t t, int64_t h) const {
+    return data + (seq ? seq[b] : b) * stride_b + t * stride_t + h * stride_h;
+  }
+  operator HeadsView<const T>() const requires(!std::is_const_v<T>) {
+    return {data, stride_b, stride_t, stride_h, seq};
+  }
 };
 
 // Contiguous [B, T, H, hd] layout.

@@ -5,16 +5,29 @@
 
 namespace tformer {
 
+namespace {
+thread_local bool row_independent = false;
+}
+
+RowIndependentProducts::RowIndependentProducts(bool on) : previous_(row_independent) { row_independent = on; }
+RowIndependentProducts::~RowIndependentProducts() { row_independent = previous_; }
+bool row_independent_products() { return row_independent; }
+
 template <typename T>
 void linear_forward(T* y, const T* x, const Weight<T>& W, const T* b, int64_t n) {
   if constexpr (std::is_same_v<T, float>) {
     // The stored types always, and with AVX-512 the one-row product of a dense weight too (decode:
     // our few-row kernel streams the weights at the bandwidth bound, where OpenBLAS's sgemv,
-    // held to AVX2, did not).
+    // held to AVX2, did not). Row-independent products of a dense weight take the few-row kernel
+    // for every n.
 #if defined(__AVX512F__)
-    const bool own = !W.is_dense() || n == 1;
+    const bool own = !W.is_dense() || n == 1 || row_independent;
 #else
     const bool own = !W.is_dense();
+    if (W.is_dense() && n > 1 && row_independent) {
+      for (int64_t r = 0; r < n; ++r) linear_forward<T>(y + r * W.rows, x + r * W.cols, W, b, 1);
+      return;
+    }
 #endif
     if (own) {
       stored_linear(y, x, W, n);

@@ -63,6 +63,26 @@ struct Weight {
 template <typename T>
 void linear_forward(T* y, const T* x, const Weight<T>& W, const T* b, int64_t n);
 
+// Row-independent products. While a RowIndependentProducts object lives on a thread, every float
+// linear_forward that thread calls computes each row of y with exactly the arithmetic of the
+// one-row product (n = 1), whatever n is: the few-row kernels of kernels/qlinear.h, whose per-row
+// work does not depend on how many rows share the call, for every n (and, where the one-row
+// product of a float32 weight is OpenBLAS's, one row at a time). A server's batch changes from step
+// to step; with this, a sequence's logits do not change with it. The cost: a batch of 8 or more
+// rows no longer takes the tiled products (measured in bench/serve.sh).
+class RowIndependentProducts {
+ public:
+  explicit RowIndependentProducts(bool on = true);
+  ~RowIndependentProducts();
+  RowIndependentProducts(const RowIndependentProducts&) = delete;
+  RowIndependentProducts& operator=(const RowIndependentProducts&) = delete;
+
+ private:
+  bool previous_;
+};
+// Whether a RowIndependentProducts scope is on for this thread.
+bool row_independent_products();
+
 // dx: [n, W.cols] (+=); dW: [W.rows, W.cols] (+=, dense); db: [W.rows] (+=); dy: [n, W.rows];
 // x: [n, W.cols] (read only when dW is wanted).
 template <typename T>

@@ -905,19 +905,18 @@ void stored_linear(float* y, const float* x, const Weight<float>& W, int64_t n) 
   if (n <= 0 || W.rows == 0) return;
   if (is_block_type(W.type)) {
 #if defined(TFORMER_QLINEAR_VNNI)
-    const bool few = n < kFewRows;
+    const bool few = n < kFewRows || row_independent_products();
     const QuantActs a = quantize_acts(x, n, W.cols,
                                       {.unsigned_copy = few && W.type == WeightType::Q8_0,
                                        .lanes = few && W.type != WeightType::Q8_0,
                                        .pairs = few && W.type == WeightType::Q4_0_R8});
     switch (W.type) {
       case WeightType::Q8_0:
-        return n >= kFewRows ? block_gemm_vnni<WeightType::Q8_0>(y, W, a) : block_rows_vnni<WeightType::Q8_0>(y, W, a);
+        return !few ? block_gemm_vnni<WeightType::Q8_0>(y, W, a) : block_rows_vnni<WeightType::Q8_0>(y, W, a);
       case WeightType::Q4_0:
-        return n >= kFewRows ? block_gemm_vnni<WeightType::Q4_0>(y, W, a) : block_rows_vnni<WeightType::Q4_0>(y, W, a);
+        return !few ? block_gemm_vnni<WeightType::Q4_0>(y, W, a) : block_rows_vnni<WeightType::Q4_0>(y, W, a);
       default:
-        return n >= kFewRows ? block_gemm_vnni<WeightType::Q4_0_R8>(y, W, a)
-                             : block_rows_vnni<WeightType::Q4_0_R8>(y, W, a);
+        return !few ? block_gemm_vnni<WeightType::Q4_0_R8>(y, W, a) : block_rows_vnni<WeightType::Q4_0_R8>(y, W, a);
     }
 #else
     const QuantActs a = quantize_acts(x, n, W.cols);
@@ -933,7 +932,7 @@ void stored_linear(float* y, const float* x, const Weight<float>& W, int64_t n) 
   }
 #if defined(TFORMER_QLINEAR_BF16)
   if (W.type == WeightType::BF16) {
-    if (n >= kFewRows && W.cols % 2 == 0) return bf16_gemm(y, W, x, n);
+    if (n >= kFewRows && !row_independent_products() && W.cols % 2 == 0) return bf16_gemm(y, W, x, n);
     return bf16_rows(y, W, x, n);
   }
 #endif
@@ -942,7 +941,7 @@ void stored_linear(float* y, const float* x, const Weight<float>& W, int64_t n) 
   // accuracy). BF16 without the instruction: its rounded activations in float, each product
   // exact, so only the float sums' order differs from bf16_rows / bf16_gemm.
   const float* xr = W.type == WeightType::BF16 ? round_acts_bf16(x, n, W.cols) : x;
-  if (n >= kFewRows && W.type != WeightType::F32) return dense_panels_gemm(y, W, xr, n);
+  if (n >= kFewRows && !row_independent_products() && W.type != WeightType::F32) return dense_panels_gemm(y, W, xr, n);
 #if defined(__AVX512F__)
   switch (W.type) {
     case WeightType::F32:

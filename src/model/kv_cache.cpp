@@ -27,6 +27,12 @@ void BasicKVCache<T>::advance(int64_t b, int64_t n) {
 }
 
 template <typename T>
+void BasicKVCache<T>::clear(int64_t b) {
+  TF_CHECK(b >= 0 && b < batch_, "KV cache: sequence {} of {}", b, batch_);
+  length_[static_cast<size_t>(b)] = 0;
+}
+
+template <typename T>
 void BasicKVCache<T>::reset() {
   std::fill(length_.begin(), length_.end(), 0);
 }

@@ -34,6 +34,8 @@ class BasicKVCache {
   void advance(int64_t b, int64_t n);
   // Forgets every sequence's tokens (the storage is kept).
   void reset();
+  // Forgets sequence b's tokens only (a server's slot, freed for the next request).
+  void clear(int64_t b);
 
   // Keys / values of one layer, as a [batch, capacity, kv_heads, head_dim] view over the
   // [batch][kv_heads][capacity][head_dim] storage.

@@ -152,16 +152,25 @@ void BasicModel<T>::reserve(int64_t rows, int64_t batch) {
 
 template <typename T>
 void BasicModel<T>::forward_cached(T* logits, const TokenId* ids, int64_t batch, int64_t n, const int64_t* n_valid,
-                                   BasicKVCache<T>& cache, bool all_positions) {
+                                   BasicKVCache<T>& cache, bool all_positions, const int64_t* slots) {
   const ModelConfig& c = config_;
   TF_CHECK(n >= 0 && batch > 0, "forward: batch {} and chunk {} tokens", batch, n);
-  TF_CHECK(cache.batch() == batch && cache.n_layers() == c.n_layers && cache.n_kv_heads() == c.n_kv_heads &&
-               cache.head_dim() == c.head_dim(),
+  TF_CHECK((slots ? cache.batch() >= batch : cache.batch() == batch) && cache.n_layers() == c.n_layers &&
+               cache.n_kv_heads() == c.n_kv_heads && cache.head_dim() == c.head_dim(),
            "forward: the KV cache was made for another model or batch");
+  auto slot = [&](int64_t b) { return slots ? slots[b] : b; };
+  if (slots) {
+    std::vector<bool> taken(static_cast<size_t>(cache.batch()), false);
+    for (int64_t b = 0; b < batch; ++b) {
+      TF_CHECK(slots[b] >= 0 && slots[b] < cache.batch() && !taken[static_cast<size_t>(slots[b])],
+               "forward: slot {} of sequence {} is outside the cache's {} or taken twice", slots[b], b, cache.batch());
+      taken[static_cast<size_t>(slots[b])] = true;
+    }
+  }
   for (int64_t b = 0; b < batch; ++b) {
     const int64_t valid = n_valid ? n_valid[b] : n;
     TF_CHECK(valid >= 0 && valid <= n, "forward: sequence {} has {} valid tokens in a chunk of {}", b, valid, n);
-    const int64_t end = cache.length(b) + valid;
+    const int64_t end = cache.length(slot(b)) + valid;
     if (end > c.context_length)
       fail_input(fmt::format("sequence {}", b), "sequence {} would reach {} tokens; the model's context_length is {}",
                  b, end, c.context_length);
@@ -183,7 +192,7 @@ void BasicModel<T>::forward_cached(T* logits, const TokenId* ids, int64_t batch,
   int64_t n_kv = 1;
   for (int64_t b = 0; b < batch; ++b) {
     w.n_valid[b] = n_valid ? n_valid[b] : n;
-    w.start[b] = cache.length(b);
+    w.start[b] = cache.length(slot(b));
     w.kv_len[b] = w.start[b] + w.n_valid[b];
     n_kv = std::max(n_kv, w.kv_len[b]);
     for (int64_t t = 0; t < n; ++t) {
@@ -200,11 +209,12 @@ void BasicModel<T>::forward_cached(T* logits, const TokenId* ids, int64_t batch,
   for (int64_t l = 0; l < c.n_layers; ++l) {
     kv.keys = cache.keys(l);
     kv.values = cache.values(l);
+    kv.keys.seq = kv.values.seq = slots;
     w.acts.x = w.x;
     layer_forward<T>(w.y, w.acts, weights_.layers[l], w.scratch, c, step, kv);
     std::swap(w.x, w.y);
   }
-  for (int64_t b = 0; b < batch; ++b) cache.advance(b, w.n_valid[b]);
+  for (int64_t b = 0; b < batch; ++b) cache.advance(slot(b), w.n_valid[b]);
 
   // Final norm (pre-LN only) and the vocabulary projection, for every row or only the last valid ones.
   const bool pre = c.norm_placement == NormPlacement::Pre;

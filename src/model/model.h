@@ -61,8 +61,11 @@ class BasicModel {
   //   logits: [batch, n, vocab] when all_positions, else [batch, vocab] for each sequence's last
   //   valid token (a sequence with n_valid 0 gets zeros).
   // Positions past context_length, or past the cache's capacity, are an error naming the numbers.
+  // slots: [batch] distinct cache sequences, sequence b of the call being cache sequence slots[b]
+  // (a server runs the sequences of this step, wherever they sit in its cache); null: the call's
+  // batch is the cache's, sequence b in slot b.
   void forward_cached(T* logits, const TokenId* ids, int64_t batch, int64_t n, const int64_t* n_valid,
-                      BasicKVCache<T>& cache, bool all_positions);
+                      BasicKVCache<T>& cache, bool all_positions, const int64_t* slots = nullptr);
 
   // Serves matrix `name` (a linear weight of model/params.h's list, or tok_embeddings.weight for
   // a tied model, whose output projection it is) from `bytes` in a stored type (kernels/qlinear.h:

@@ -1,0 +1,630 @@
+#include "serve/api.h"
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "core/error.h"
+#include "core/file_io.h"
+
+namespace tformer::serve {
+
+using nlohmann::json;
+
+namespace {
+
+// JSON text that never throws on bytes that are not UTF-8 (a token's bytes need not be whole
+// characters): they become U+FFFD.
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+// An error answered to the client: the status, OpenAI's error type and the message.
+struct ApiError {
+  int status;
+  std::string message, type;
+};
+[[noreturn]] void bad_request(std::string message) { throw ApiError{400, std::move(message), "invalid_request_error"}; }
+
+json error_body(const ApiError& e) {
+  return {{"error", {{"message", e.message}, {"type", e.type}, {"code", e.status}}}};
+}
+
+const char* type_name(const json& v) {
+  switch (v.type()) {
+    case json::value_t::null:
+      return "null";
+    case json::value_t::boolean:
+      return "a boolean";
+    case json::value_t::string:
+      return "a string";
+    case json::value_t::array:
+      return "an array";
+    case json::value_t::object:
+      return "an object";
+    default:
+      return v.is_number_integer() || v.is_number_unsigned() ? "an integer" : "a number";
+  }
+}
+
+// A field of the body: absent or null gives the default; a value of the wrong type is a 400 naming
+// the field and both types.
+const json* field(const json& body, const char* name) {
+  const auto it = body.find(name);
+  return it == body.end() || it->is_null() ? nullptr : &*it;
+}
+int64_t int_field(const json& body, const char* name, int64_t def, int64_t lo, int64_t hi) {
+  const json* v = field(body, name);
+  if (!v) return def;
+  if (!v->is_number_integer() && !v->is_number_unsigned())
+    bad_request(fmt::format("'{}' must be an integer, got {}", name, type_name(*v)));
+  if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+    bad_request(fmt::format("'{}' is out of range", name));
+  const int64_t x = v->get<int64_t>();
+  if (x < lo || x > hi) bad_request(fmt::format("'{}' must be in {}..{}, got {}", name, lo, hi, x));
+  return x;
+}
+double number_field(const json& body, const char* name, double def, double lo, double hi, bool open_lo = false) {
+  const json* v = field(body, name);
+  if (!v) return def;
+  if (!v->is_number()) bad_request(fmt::format("'{}' must be a number, got {}", name, type_name(*v)));
+  const double x = v->get<double>();
+  if (!(open_lo ? x > lo : x >= lo) || !(x <= hi))
+    bad_request(fmt::format("'{}' must be in {}{}, {}], got {}", name, open_lo ? "(" : "[", lo, hi, x));
+  return x;
+}
+bool bool_field(const json& body, const char* name, bool def) {
+  const json* v = field(body, name);
+  if (!v) return def;
+  if (!v->is_boolean()) bad_request(fmt::format("'{}' must be a boolean, got {}", name, type_name(*v)));
+  return v->get<bool>();
+}
+
+// Nesting deeper than this is refused before parsing (a body of a million '[' would otherwise
+// cost a million levels).
+constexpr int kMaxDepth = 32;
+
+json parse_body(const std::string& body) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (const char c : body) {
+    if (in_string) {
+      if (escaped)
+        escaped = false;
+      else if (c == '\\')
+        escaped = true;
+      else if (c == '"')
+        in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxDepth) bad_request(fmt::format("the JSON body is nested deeper than {} levels", kMaxDepth));
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  json j = json::parse(body, nullptr, false);
+  if (j.is_discarded()) bad_request("the body is not valid JSON");
+  if (!j.is_object()) bad_request(fmt::format("the body must be a JSON object, got {}", type_name(j)));
+  return j;
+}
+
+std::string replace_all(std::string s, std::string_view from, std::string_view to) {
+  for (size_t p = 0; (p = s.find(from, p)) != std::string::npos; p += to.size()) s.replace(p, from.size(), to);
+  return s;
+}
+
+int64_t now_unix() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+bool constant_time_equal(std::string_view a, std::string_view b) {
+  unsigned diff = a.size() == b.size() ? 0u : 1u;
+  const size_t n = std::max(a.size(), b.size());
+  for (size_t i = 0; i < n; ++i) {
+    const unsigned char x = i < a.size() ? static_cast<unsigned char>(a[i]) : 0;
+    const unsigned char y = i < b.size() ? static_cast<unsigned char>(b[i]) : 0;
+    diff |= static_cast<unsigned>(x ^ y);
+  }
+  return diff == 0;
+}
+
+ChatTemplate ChatTemplate::from_file(const std::string& path) {
+  const std::string text = read_file(path);
+  ChatTemplate t;
+  t.stop.clear();
+  bool have_message = false, have_generation = false;
+  size_t line_no = 0;
+  for (size_t start = 0; start < text.size();) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    std::string line = text.substr(start, end - start);
+    start = end + 1;
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty() || line[0] == '#') continue;
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos)
+      fail_file(path, "{}: line {}: expected 'key: value' (keys prefix, message, message.ROLE, generation, stop)", path,
+                line_no);
+    const std::string key = line.substr(0, colon);
+    std::string raw = line.substr(colon + 1);
+    if (!raw.empty() && raw[0] == ' ') raw.erase(0, 1);
+    std::string value;
+    for (size_t i = 0; i < raw.size(); ++i) {
+      if (raw[i] != '\\') {
+        value += raw[i];
+        continue;
+      }
+      if (++i == raw.size()) fail_file(path, "{}: line {}: a '\\' ends the line", path, line_no);
+      switch (raw[i]) {
+        case 'n':
+          value += '\n';
+          break;
+        case 't':
+          value += '\t';
+          break;
+        case '\\':
+          value += '\\';
+          break;
+        case 's':
+          value += ' ';
+          break;
+        default:
+          fail_file(path, "{}: line {}: unknown escape '\\{}' (\\n, \\t, \\s, \\\\)", path, line_no, raw[i]);
+      }
+    }
+    if (key == "prefix") {
+      t.prefix = value;
+    } else if (key == "message") {
+      t.message = value, have_message = true;
+    } else if (key.rfind("message.", 0) == 0 && key.size() > 8) {
+      t.per_role.emplace_back(key.substr(8), value);
+    } else if (key == "generation") {
+      t.generation = value, have_generation = true;
+    } else if (key == "stop") {
+      if (value.empty()) fail_file(path, "{}: line {}: an empty stop string", path, line_no);
+      t.stop.push_back(value);
+    } else {
+      fail_file(path, "{}: line {}: unknown key '{}' (prefix, message, message.ROLE, generation, stop)", path, line_no,
+                key);
+    }
+  }
+  if (!have_message || !have_generation)
+    fail_file(path, "{}: a chat template needs a 'message:' line and a 'generation:' line", path);
+  if (t.message.find("{content}") == std::string::npos)
+    fail_file(path, "{}: the message line has no {{content}} placeholder", path);
+  return t;
+}
+
+std::string ChatTemplate::render(const std::vector<std::pair<std::string, std::string>>& messages) const {
+  std::string out = prefix;
+  for (const auto& [role, content] : messages) {
+    std::string form = message;
+    for (const auto& [r, f] : per_role)
+      if (r == role) form = f;
+    // {content} last, so that a message containing "{role}" is not rewritten.
+    const size_t at = form.find("{content}");
+    std::string head = replace_all(form.substr(0, at), "{role}", role);
+    std::string tail = at == std::string::npos ? "" : replace_all(form.substr(at + 9), "{role}", role);
+    out += head;
+    if (at != std::string::npos) out += content;
+    out += tail;
+  }
+  return out + generation;
+}
+
+Api::Api(Engine& engine, const Tokenizer& tokenizer, ApiOptions options)
+    : engine_(engine), tokenizer_(tokenizer), options_(std::move(options)) {}
+
+namespace {
+
+const char* kIndexPage = R"(<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>tformer serve</title></head>
+<body><h1>tformer serve</h1>
+<p>An OpenAI-compatible server. Endpoints: <code>GET /health</code>, <code>GET /v1/models</code>,
+<code>POST /v1/completions</code>, <code>POST /v1/chat/completions</code>, <code>POST /tokenize</code>,
+<code>POST /detokenize</code>, <code>GET /props</code>, <code>GET /metrics</code>. See docs/serve.md.</p>
+</body></html>
+)";
+
+}  // namespace
+
+void Api::handle(const HttpRequest& req, HttpResponse& res) {
+  ++http_requests_;
+  auto send_json = [&](int status, const json& j) { res.send(status, "application/json", dump(j)); };
+  try {
+    const std::string& p = req.path;
+    auto method = [&](const char* m) {
+      if (req.method != m)
+        throw ApiError{405, fmt::format("{} takes {}, not {}", p, m, req.method), "invalid_request_error"};
+    };
+    if (p == "/" || p == "/index.html") {
+      method("GET");
+      return (void)res.send(200, "text/html; charset=utf-8", kIndexPage);
+    }
+    if (p == "/health") {
+      method("GET");
+      return send_json(200, {{"status", "ok"}});
+    }
+    if (!options_.api_key.empty()) {
+      const std::string auth = req.header("authorization");
+      const std::string_view bearer = "Bearer ";
+      const bool ok = auth.size() > bearer.size() && auth.compare(0, bearer.size(), bearer) == 0 &&
+                      constant_time_equal(std::string_view(auth).substr(bearer.size()), options_.api_key);
+      if (!ok) throw ApiError{401, "missing or wrong API key (Authorization: Bearer KEY)", "authentication_error"};
+    }
+    if (p == "/v1/models" || p == "/models") {
+      method("GET");
+      return send_json(200, {{"object", "list"},
+                             {"data", json::array({{{"id", options_.model_id},
+                                                    {"object", "model"},
+                                                    {"created", now_unix()},
+                                                    {"owned_by", "tformer"}}})}});
+    }
+    if (p == "/v1/completions" || p == "/completions") {
+      method("POST");
+      return completions(req, res, false);
+    }
+    if (p == "/v1/chat/completions" || p == "/chat/completions") {
+      method("POST");
+      return completions(req, res, true);
+    }
+    if (p == "/tokenize") {
+      method("POST");
+      const json body = parse_body(req.body);
+      const json* c = field(body, "content");
+      if (!c || !c->is_string()) bad_request("'content' must be a string");
+      const bool special = bool_field(body, "add_special", true);
+      const std::string text = c->get<std::string>();
+      const auto ids = special ? encode_for_model(tokenizer_, text) : tokenizer_.encode(text);
+      return send_json(200, {{"tokens", ids}});
+    }
+    if (p == "/detokenize") {
+      method("POST");
+      const json body = parse_body(req.body);
+      const json* t = field(body, "tokens");
+      if (!t || !t->is_array()) bad_request("'tokens' must be an array of token ids");
+      std::vector<TokenId> ids;
+      for (size_t i = 0; i < t->size(); ++i) {
+        const json& v = (*t)[i];
+        if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= tokenizer_.vocab_size())
+          bad_request(
+              fmt::format("'tokens'[{}] is not a token id of this vocabulary (0..{})", i, tokenizer_.vocab_size() - 1));
+        ids.push_back(static_cast<TokenId>(v.get<int64_t>()));
+      }
+      return send_json(200, {{"content", tokenizer_.decode(ids)}});
+    }
+    if (p == "/props") {
+      method("GET");
+      const auto& o = engine_.options();
+      return send_json(200, {{"model", options_.model_id},
+                             {"parallel", o.parallel},
+                             {"context", o.context},
+                             {"prefill_chunk", o.prefill_chunk},
+                             {"queue", o.max_queue},
+                             {"kv_cache_bytes", engine_.cache_bytes()},
+                             {"chat_template", options_.has_chat_template ? json(options_.chat.message) : json()},
+                             {"model_chat_template", options_.model_chat_template}});
+    }
+    if (p == "/metrics") {
+      method("GET");
+      return (void)res.send(200, "text/plain; version=0.0.4", metrics_text());
+    }
+    throw ApiError{404, fmt::format("no route {} {}", req.method, p), "not_found_error"};
+  } catch (const ApiError& e) {
+    if (!res.sent()) send_json(e.status, error_body(e));
+  } catch (const Error& e) {
+    if (!res.sent()) send_json(400, error_body({400, e.what(), "invalid_request_error"}));
+  }
+}
+
+void Api::completions(const HttpRequest& req, HttpResponse& res, bool chat) {
+  const json body = parse_body(req.body);
+  if (const json* m = field(body, "model")) {
+    if (!m->is_string()) bad_request(fmt::format("'model' must be a string, got {}", type_name(*m)));
+    if (m->get<std::string>() != options_.model_id)
+      throw ApiError{404,
+                     fmt::format("model '{}' is not served here; this server serves '{}'", m->get<std::string>(),
+                                 options_.model_id),
+                     "not_found_error"};
+  }
+  // The prompt.
+  CompletionJob job;
+  std::vector<std::string> stops;
+  if (chat) {
+    if (!options_.has_chat_template)
+      bad_request(
+          "this model has no chat template: start the server with --chat-template plain or --chat-template FILE "
+          "(docs/serve.md), or use /v1/completions");
+    const json* msgs = field(body, "messages");
+    if (!msgs || !msgs->is_array() || msgs->empty()) bad_request("'messages' must be a non-empty array");
+    std::vector<std::pair<std::string, std::string>> conv;
+    for (size_t i = 0; i < msgs->size(); ++i) {
+      const json& m = (*msgs)[i];
+      if (!m.is_object()) bad_request(fmt::format("'messages'[{}] must be an object", i));
+      const json* role = field(m, "role");
+      const json* content = field(m, "content");
+      if (!role || !role->is_string()) bad_request(fmt::format("'messages'[{}].role must be a string", i));
+      std::string text;
+      if (content && content->is_string()) {
+        text = content->get<std::string>();
+      } else if (content && content->is_array()) {  // [{"type": "text", "text": ...}, ...]
+        for (const json& part : *content) {
+          if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+              !part["text"].is_string())
+            bad_request(fmt::format("'messages'[{}].content: only text parts are supported", i));
+          text += part["text"].get<std::string>();
+        }
+      } else if (content) {
+        bad_request(fmt::format("'messages'[{}].content must be a string or an array of text parts", i));
+      }
+      conv.emplace_back(role->get<std::string>(), std::move(text));
+    }
+    job.prompt = encode_for_model(tokenizer_, options_.chat.render(conv));
+    stops = options_.chat.stop;
+  } else {
+    const json* pr = field(body, "prompt");
+    if (!pr) bad_request("'prompt' is required (a string or an array of token ids)");
+    const json* one = pr;
+    if (pr->is_array() && pr->size() == 1 && (*pr)[0].is_string()) one = &(*pr)[0];
+    if (one->is_string()) {
+      job.prompt = encode_for_model(tokenizer_, one->get<std::string>());
+    } else if (pr->is_array()) {
+      for (size_t i = 0; i < pr->size(); ++i) {
+        const json& v = (*pr)[i];
+        if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= tokenizer_.vocab_size())
+          bad_request(
+              fmt::format("'prompt'[{}] is not a token id of this vocabulary (0..{})", i, tokenizer_.vocab_size() - 1));
+        job.prompt.push_back(static_cast<TokenId>(v.get<int64_t>()));
+      }
+    } else {
+      bad_request(fmt::format("'prompt' must be a string or an array of token ids, got {}", type_name(*pr)));
+    }
+    if (job.prompt.empty()) {
+      if (auto eot = tokenizer_.eot_id())
+        job.prompt.push_back(*eot);
+      else
+        bad_request("the prompt is empty and the tokenizer has no end-of-text token to start from");
+    }
+  }
+  const int64_t P = static_cast<int64_t>(job.prompt.size()), ctx = engine_.context();
+  if (P > ctx) bad_request(fmt::format("the prompt has {} tokens; the context is {} tokens per sequence", P, ctx));
+  const char* max_name = chat && field(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+  job.max_tokens = int_field(body, max_name, ctx - P, 0, INT32_MAX);
+  if (P + job.max_tokens > ctx)
+    bad_request(fmt::format("the prompt has {} tokens and {} is {}: {} is more than the context of {} tokens", P,
+                            max_name, job.max_tokens, P + job.max_tokens, ctx));
+  job.sampler.temperature = number_field(body, "temperature", 1.0, 0.0, 1e6);
+  job.sampler.top_p = number_field(body, "top_p", 1.0, 0.0, 1.0, true);
+  job.sampler.top_k = int_field(body, "top_k", 0, 0, INT32_MAX);
+  const bool seeded = field(body, "seed") != nullptr;
+  job.sampler.seed = seeded ? static_cast<uint64_t>(int_field(body, "seed", 0, INT64_MIN, INT64_MAX))
+                            : static_cast<uint64_t>(std::random_device{}()) * 0x9E3779B97F4A7C15ull;
+  if (const json* st = field(body, "stop")) {
+    auto add = [&](const json& s, size_t i) {
+      if (!s.is_string()) bad_request(fmt::format("'stop'[{}] must be a string", i));
+      if (s.get<std::string>().empty()) bad_request("a stop string may not be empty");
+      stops.push_back(s.get<std::string>());
+    };
+    if (st->is_string()) {
+      add(*st, 0);
+    } else if (st->is_array()) {
+      if (static_cast<int64_t>(st->size()) > options_.max_stops)
+        bad_request(fmt::format("'stop' has {} strings; at most {}", st->size(), options_.max_stops));
+      for (size_t i = 0; i < st->size(); ++i) add((*st)[i], i);
+    } else {
+      bad_request(fmt::format("'stop' must be a string or an array of strings, got {}", type_name(*st)));
+    }
+  }
+  job.stop = stops;
+  if (chat) {
+    if (bool_field(body, "logprobs", false))
+      job.top_logprobs = static_cast<int>(int_field(body, "top_logprobs", 0, 0, 20));
+  } else {
+    job.top_logprobs = static_cast<int>(int_field(body, "logprobs", -1, 0, 20));
+  }
+  const int64_t n = int_field(body, "n", 1, 1, options_.max_n);
+  const bool stream = bool_field(body, "stream", false);
+  bool include_usage = false;
+  if (const json* so = field(body, "stream_options")) {
+    if (!so->is_object()) bad_request("'stream_options' must be an object");
+    include_usage = bool_field(*so, "include_usage", false);
+  }
+
+  // n samples: seeds seed, seed + 1, ... (each an independent sample of the same prompt).
+  std::vector<std::shared_ptr<Stream>> streams;
+  for (int64_t i = 0; i < n; ++i) {
+    CompletionJob j = job;
+    j.sampler.seed = job.sampler.seed + static_cast<uint64_t>(i);
+    auto s = engine_.submit(std::move(j));
+    if (!s) {
+      for (auto& o : streams) o->cancel();
+      throw ApiError{503, "the server is busy: the request queue is full; try again later", "server_busy"};
+    }
+    streams.push_back(std::move(s));
+  }
+  const std::string id = fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", next_id_++);
+  const int64_t created = now_unix();
+  const char* object = chat ? (stream ? "chat.completion.chunk" : "chat.completion") : "text_completion";
+  auto usage = [&] {
+    int64_t out = 0;
+    for (auto& s : streams) out += s->completion_tokens;
+    return json{{"prompt_tokens", P}, {"completion_tokens", out}, {"total_tokens", P + out}};
+  };
+  // Logprobs in the shape of each endpoint.
+  auto logprobs_json = [&](const std::vector<TokenLogprob>& lps, int64_t offset) -> json {
+    if (chat) {
+      json content = json::array();
+      for (const auto& t : lps) {
+        json top = json::array();
+        for (const auto& [tok, lp] : t.top) top.push_back({{"token", tok}, {"logprob", lp}});
+        std::vector<int> bytes(t.token.begin(), t.token.end());
+        for (int& b : bytes) b &= 0xFF;
+        content.push_back({{"token", t.token}, {"logprob", t.logprob}, {"bytes", bytes}, {"top_logprobs", top}});
+      }
+      return {{"content", content}};
+    }
+    json tokens = json::array(), lp = json::array(), top = json::array(), off = json::array();
+    for (const auto& t : lps) {
+      tokens.push_back(t.token);
+      lp.push_back(t.logprob);
+      json m = json::object();
+      for (const auto& [tok, l] : t.top) m[tok] = l;
+      top.push_back(m);
+      off.push_back(offset);
+      offset += static_cast<int64_t>(t.token.size());
+    }
+    return {{"tokens", tokens}, {"token_logprobs", lp}, {"top_logprobs", top}, {"text_offset", off}};
+  };
+  auto cancel_all = [&] {
+    for (auto& s : streams) s->cancel();
+  };
+
+  std::vector<std::string> texts(static_cast<size_t>(n));
+  std::vector<std::vector<TokenLogprob>> lps(static_cast<size_t>(n));
+  std::vector<std::string> reasons(static_cast<size_t>(n));
+  std::vector<int64_t> offsets(static_cast<size_t>(n), 0);
+  std::string error;
+  size_t done = 0;
+  if (stream && !res.start_stream(200, "text/event-stream")) return cancel_all();
+  auto sse = [&](const json& j) { return res.write("data: " + dump(j) + "\n\n"); };
+  auto chunk = [&](int64_t i, const std::string& text, const std::vector<TokenLogprob>* lp, const json& finish) {
+    json c = {{"index", i}, {"finish_reason", finish}};
+    if (chat) {
+      c["delta"] = finish.is_null() ? json{{"content", text}} : json::object();
+      c["logprobs"] = lp && !lp->empty() ? logprobs_json(*lp, 0) : json();
+    } else {
+      c["text"] = text;
+      c["logprobs"] = lp && job.top_logprobs >= 0 ? logprobs_json(*lp, offsets[static_cast<size_t>(i)]) : json();
+    }
+    return sse({{"id", id},
+                {"object", object},
+                {"created", created},
+                {"model", options_.model_id},
+                {"choices", json::array({c})}});
+  };
+  if (stream && chat) {
+    for (int64_t i = 0; i < n; ++i) {
+      json c = {{"index", i},
+                {"delta", {{"role", "assistant"}, {"content", ""}}},
+                {"logprobs", json()},
+                {"finish_reason", json()}};
+      if (!sse({{"id", id},
+                {"object", object},
+                {"created", created},
+                {"model", options_.model_id},
+                {"choices", json::array({c})}}))
+        return cancel_all();
+    }
+  }
+  std::vector<bool> finished(static_cast<size_t>(n), false);
+  while (done < streams.size()) {
+    bool any = false;
+    for (size_t i = 0; i < streams.size(); ++i) {
+      if (finished[i]) continue;
+      std::vector<Stream::Event> events;
+      if (!streams[i]->wait(events, any ? 0 : 50)) continue;
+      any = true;
+      for (auto& e : events) {
+        if (e.kind == Stream::Event::Kind::Text) {
+          if (stream) {
+            if (!chunk(static_cast<int64_t>(i), e.text, &e.tokens, json())) return cancel_all();
+            offsets[i] += static_cast<int64_t>(e.text.size());
+          } else {
+            texts[i] += e.text;
+            for (auto& t : e.tokens) lps[i].push_back(std::move(t));
+          }
+        } else {
+          finished[i] = true;
+          ++done;
+          if (e.kind == Stream::Event::Kind::Error) {
+            if (error.empty()) error = e.finish_reason;
+          } else {
+            reasons[i] = e.finish_reason;
+            if (stream && !chunk(static_cast<int64_t>(i), "", nullptr, e.finish_reason)) return cancel_all();
+          }
+        }
+      }
+    }
+    if (!error.empty()) {
+      cancel_all();
+      break;
+    }
+    if (res.client_gone()) return cancel_all();
+  }
+  if (stream) {
+    if (!error.empty()) {
+      sse(error_body({500, error, "server_error"}));
+    } else if (include_usage) {
+      sse({{"id", id},
+           {"object", object},
+           {"created", created},
+           {"model", options_.model_id},
+           {"choices", json::array()},
+           {"usage", usage()}});
+    }
+    res.write("data: [DONE]\n\n");
+    res.end_stream();
+    return;
+  }
+  if (!error.empty())
+    throw ApiError{error.rfind("the server is shutting down", 0) == 0 ? 503 : 500, error, "server_error"};
+  json choices = json::array();
+  for (int64_t i = 0; i < n; ++i) {
+    const auto k = static_cast<size_t>(i);
+    json c = {{"index", i}, {"finish_reason", reasons[k]}};
+    if (chat) {
+      c["message"] = {{"role", "assistant"}, {"content", texts[k]}};
+      c["logprobs"] = job.top_logprobs >= 0 ? logprobs_json(lps[k], 0) : json();
+    } else {
+      c["text"] = texts[k];
+      c["logprobs"] = job.top_logprobs >= 0 ? logprobs_json(lps[k], 0) : json();
+    }
+    choices.push_back(c);
+  }
+  res.send(200, "application/json",
+           dump({{"id", id},
+                 {"object", object},
+                 {"created", created},
+                 {"model", options_.model_id},
+                 {"choices", choices},
+                 {"usage", usage()}}));
+}
+
+std::string Api::metrics_text() const {
+  const EngineMetrics m = engine_.metrics();
+  std::string out;
+  auto metric = [&](const char* name, const char* type, const char* help, double v) {
+    out += fmt::format("# HELP {0} {1}\n# TYPE {0} {2}\n{0} {3}\n", name, help, type, v);
+  };
+  auto histogram = [&](const char* name, const char* help, const Histogram& h) {
+    out += fmt::format("# HELP {0} {1}\n# TYPE {0} histogram\n", name, help);
+    uint64_t cum = 0;
+    for (size_t i = 0; i < h.bounds.size(); ++i) {
+      cum += h.counts[i];
+      out += fmt::format("{}_bucket{{le=\"{}\"}} {}\n", name, h.bounds[i], cum);
+    }
+    out += fmt::format("{0}_bucket{{le=\"+Inf\"}} {1}\n{0}_sum {2}\n{0}_count {3}\n", name, h.count, h.sum, h.count);
+  };
+  metric("tformer_http_requests_total", "counter", "HTTP requests received.", static_cast<double>(http_requests_));
+  metric("tformer_requests_total", "counter", "Completion sequences accepted (n counts each sample).",
+         static_cast<double>(m.requests));
+  metric("tformer_requests_finished_total", "counter", "Sequences that ended with their tokens.",
+         static_cast<double>(m.finished));
+  metric("tformer_requests_cancelled_total", "counter", "Sequences whose client went away.",
+         static_cast<double>(m.cancelled));
+  metric("tformer_requests_rejected_total", "counter", "Sequences refused because the queue was full.",
+         static_cast<double>(m.rejected));
+  metric("tformer_requests_failed_total", "counter", "Sequences that ended with an error.",
+         static_cast<double>(m.failed));
+  metric("tformer_prompt_tokens_total", "counter", "Prompt tokens accepted.", static_cast<double>(m.prompt_tokens));
+  metric("tformer_completion_tokens_total", "counter", "Tokens generated.", static_cast<double>(m.completion_tokens));
+  metric("tformer_queue_length", "gauge", "Sequences waiting for a slot.", static_cast<double>(m.queued));
+  metric("tformer_active_sequences", "gauge", "Sequences in the running batch.", static_cast<double>(m.active));
+  histogram("tformer_time_to_first_token_seconds", "From a request's arrival to its first token.", m.ttft);
+  histogram("tformer_token_latency_seconds", "Between consecutive tokens of a sequence.", m.token_latency);
+  return out;
+}
+
+}  // namespace tformer::serve

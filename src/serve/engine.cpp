@@ -1,0 +1,369 @@
+#include "serve/engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+
+#include "core/error.h"
+#include "kernels/linear.h"
+
+namespace tformer::serve {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+}  // namespace
+
+void Histogram::observe(double v) {
+  size_t i = 0;
+  while (i < bounds.size() && v > bounds[i]) ++i;
+  ++counts[i];
+  sum += v;
+  ++count;
+}
+
+void Stream::push(Event e) {
+  {
+    std::lock_guard lock(mu_);
+    events_.push_back(std::move(e));
+  }
+  cv_.notify_all();
+}
+
+bool Stream::wait(std::vector<Event>& out, int timeout_ms) {
+  std::unique_lock lock(mu_);
+  cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] { return !events_.empty(); });
+  if (events_.empty()) return false;
+  for (auto& e : events_) out.push_back(std::move(e));
+  events_.clear();
+  return true;
+}
+
+struct Engine::Sequence {
+  CompletionJob job;
+  std::shared_ptr<Stream> out;
+  int64_t slot = 0;
+  uint64_t order = 0;     // admission order: the oldest prefills first
+  int64_t prefilled = 0;  // prompt tokens in the cache
+  std::vector<float> logits;
+  Sampler sampler;
+  StreamingDecoder decoder;
+  std::string text;  // the generated text so far (whole characters)
+  size_t sent = 0;   // bytes of text already streamed
+  size_t longest_stop = 0;
+  int64_t generated = 0;
+  std::vector<TokenLogprob> pending_logprobs;  // tokens whose text has not been streamed yet
+  Clock::time_point start, last_token;
+
+  Sequence(CompletionJob j, std::shared_ptr<Stream> o, const Tokenizer& tok, int64_t vocab)
+      : job(std::move(j)),
+        out(std::move(o)),
+        logits(static_cast<size_t>(vocab)),
+        sampler(job.sampler),
+        decoder(tok, job.prompt.back()),
+        start(out->submitted) {
+    for (const auto& s : job.stop) longest_stop = std::max(longest_stop, s.size());
+  }
+  bool decoding() const { return prefilled == static_cast<int64_t>(job.prompt.size()); }
+};
+
+Engine::Engine(Model& model, const Tokenizer& tokenizer, EngineOptions options)
+    : model_(model), tokenizer_(tokenizer), options_(options) {
+  const auto& c = model.config();
+  if (options_.context <= 0) options_.context = c.context_length;
+  if (options_.context > c.context_length)
+    fail_input("--context", "--context {} is more than the model's context_length {}", options_.context,
+               c.context_length);
+  if (options_.parallel < 1) fail_input("--parallel", "--parallel must be at least 1, got {}", options_.parallel);
+  if (options_.prefill_chunk < 1)
+    fail_input("--prefill-chunk", "--prefill-chunk must be at least 1, got {}", options_.prefill_chunk);
+  if (options_.max_queue < 0) fail_input("--queue", "--queue must be >= 0, got {}", options_.max_queue);
+  cache_ = model.make_cache(options_.parallel, options_.context);
+  cache_bytes_ = cache_.payload_bytes();
+  never_sample_ = non_token_ids(tokenizer, c.vocab_size);
+  eot_ = tokenizer.eot_id();
+  slots_.resize(static_cast<size_t>(options_.parallel));
+  model_.reserve(std::max(options_.parallel, std::min(options_.prefill_chunk, options_.context)), options_.parallel);
+  thread_ = std::thread([this] { loop(); });
+}
+
+Engine::~Engine() {
+  stop();
+  if (thread_.joinable()) thread_.join();
+}
+
+std::shared_ptr<Stream> Engine::submit(CompletionJob job) {
+  const int64_t P = static_cast<int64_t>(job.prompt.size());
+  if (P == 0) fail_input("prompt", "the prompt is empty: generation needs at least one token to condition on");
+  if (job.max_tokens < 0) fail_input("max_tokens", "max_tokens must be >= 0, got {}", job.max_tokens);
+  if (P + job.max_tokens > options_.context)
+    fail_input("max_tokens",
+               "the prompt has {} tokens and max_tokens is {}: {} is more than the context of {} tokens per sequence",
+               P, job.max_tokens, P + job.max_tokens, options_.context);
+  const int64_t V = model_.config().vocab_size;
+  for (int64_t i = 0; i < P; ++i)
+    if (job.prompt[i] < 0 || job.prompt[i] >= V)
+      fail_input("prompt", "prompt token {} is id {}, outside the vocabulary of {}", i, job.prompt[i], V);
+  job.sampler.validate();
+  auto out = std::make_shared<Stream>();
+  out->prompt_tokens = P;
+  {
+    std::lock_guard lock(mu_);
+    // Room: the free slots plus the queue's own length.
+    const int64_t room = options_.max_queue + options_.parallel - metrics_.active;
+    if (stopping_ || static_cast<int64_t>(queue_.size()) >= room) {
+      ++metrics_.rejected;
+      return nullptr;
+    }
+    ++metrics_.requests;
+    metrics_.prompt_tokens += static_cast<uint64_t>(P);
+    queue_.emplace_back(std::move(job), out);
+    metrics_.queued = static_cast<int64_t>(queue_.size());
+  }
+  cv_.notify_all();
+  return out;
+}
+
+void Engine::stop() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+}
+
+EngineMetrics Engine::metrics() const {
+  std::lock_guard lock(mu_);
+  return metrics_;
+}
+
+void Engine::finish(Sequence& s, const std::string& reason) {
+  if (reason == "stop" || reason == "length") {
+    Stream::Event e;
+    e.kind = Stream::Event::Kind::Done;
+    e.finish_reason = reason;
+    s.out->push(std::move(e));
+  } else {
+    Stream::Event e;
+    e.kind = Stream::Event::Kind::Error;
+    e.finish_reason = reason;
+    s.out->push(std::move(e));
+  }
+  std::lock_guard lock(mu_);
+  --metrics_.active;
+  if (reason == "stop" || reason == "length")
+    ++metrics_.finished;
+  else if (s.out->cancelled())
+    ++metrics_.cancelled;
+  else
+    ++metrics_.failed;
+}
+
+void Engine::admit() {
+  std::lock_guard lock(mu_);
+  for (size_t i = 0; i < slots_.size() && !queue_.empty(); ++i) {
+    if (slots_[i]) continue;
+    while (!queue_.empty() && queue_.front().second->cancelled()) {  // its client has gone: never runs
+      queue_.pop_front();
+      ++metrics_.cancelled;
+    }
+    if (queue_.empty()) break;
+    auto [job, out] = std::move(queue_.front());
+    queue_.pop_front();
+    auto s = std::make_unique<Sequence>(std::move(job), std::move(out), tokenizer_, model_.config().vocab_size);
+    s->slot = static_cast<int64_t>(i);
+    s->order = admitted_++;
+    cache_.clear(s->slot);
+    slots_[i] = std::move(s);
+  }
+  metrics_.queued = static_cast<int64_t>(queue_.size());
+  metrics_.active = 0;
+  for (const auto& s : slots_) metrics_.active += s ? 1 : 0;
+}
+
+void Engine::loop() {
+  for (;;) {
+    {
+      std::unique_lock lock(mu_);
+      auto idle = [&] { return std::none_of(slots_.begin(), slots_.end(), [](const auto& s) { return bool(s); }); };
+      cv_.wait(lock, [&] { return stopping_ || !queue_.empty() || !idle(); });
+      if (stopping_) break;
+    }
+    admit();
+    try {
+      step();
+      if (options_.step_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(options_.step_delay_ms));
+    } catch (const std::exception& e) {
+      for (auto& s : slots_)
+        if (s) {
+          finish(*s, fmt::format("inference failed: {}", e.what()));
+          s.reset();
+        }
+    }
+  }
+  // Shutting down: everything queued or running ends with an error event.
+  std::deque<std::pair<CompletionJob, std::shared_ptr<Stream>>> left;
+  {
+    std::lock_guard lock(mu_);
+    left.swap(queue_);
+  }
+  for (auto& [job, out] : left) {
+    Stream::Event e;
+    e.kind = Stream::Event::Kind::Error;
+    e.finish_reason = "the server is shutting down";
+    out->push(std::move(e));
+  }
+  for (auto& s : slots_)
+    if (s) {
+      finish(*s, "the server is shutting down");
+      s.reset();
+    }
+}
+
+namespace {
+
+// The longest suffix of text[from:] that is a proper prefix of one of the stop strings: text that a
+// stop string may still cut, held back from the stream.
+size_t held_back(const std::string& text, size_t from, const std::vector<std::string>& stops) {
+  size_t hold = 0;
+  for (const auto& s : stops)
+    for (size_t k = s.empty() ? 0 : std::min(s.size() - 1, text.size() - from); k > hold; --k)
+      if (text.compare(text.size() - k, k, s, 0, k) == 0) {
+        hold = k;
+        break;
+      }
+  return hold;
+}
+
+// The log-probabilities of the model's distribution (temperature 1, no truncation) for the chosen
+// token and the `top` most probable ones.
+TokenLogprob logprobs(const float* logits, int64_t V, TokenId chosen, int top, const Tokenizer& tok) {
+  float mx = -std::numeric_limits<float>::infinity();
+  for (int64_t i = 0; i < V; ++i) mx = std::max(mx, logits[i]);
+  double sum = 0;
+  for (int64_t i = 0; i < V; ++i) sum += std::exp(static_cast<double>(logits[i]) - mx);
+  const double lse = mx + std::log(sum);
+  TokenLogprob lp;
+  tok.append_token_bytes(chosen, lp.token);
+  lp.logprob = logits[chosen] - lse;
+  if (top > 0) {
+    std::vector<TokenId> ids(static_cast<size_t>(V));
+    for (int64_t i = 0; i < V; ++i) ids[static_cast<size_t>(i)] = static_cast<TokenId>(i);
+    const auto k = static_cast<size_t>(std::min<int64_t>(top, V));
+    std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(k), ids.end(),
+                      [&](TokenId a, TokenId b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+    for (size_t i = 0; i < k; ++i) {
+      std::string t;
+      tok.append_token_bytes(ids[i], t);
+      lp.top.emplace_back(std::move(t), logits[ids[i]] - lse);
+    }
+  }
+  return lp;
+}
+
+}  // namespace
+
+void Engine::step() {
+  const int64_t V = model_.config().vocab_size;
+  std::vector<int64_t> slots;
+  std::vector<TokenId> ids;
+  std::vector<Sequence*> batch;
+  // 1. One token for every decoding sequence; retire the finished and the cancelled.
+  for (auto& sp : slots_) {
+    if (!sp) continue;
+    Sequence& s = *sp;
+    if (s.out->cancelled()) {
+      finish(s, "cancelled: the client has gone");
+      sp.reset();
+      continue;
+    }
+    if (!s.decoding()) continue;
+    if (s.job.max_tokens == 0) {
+      finish(s, "length");
+      sp.reset();
+      continue;
+    }
+    float* lg = s.logits.data();
+    for (const TokenId id : never_sample_)
+      if (id >= 0 && id < V) lg[id] = -std::numeric_limits<float>::infinity();
+    const TokenId next = s.sampler.sample(lg, V);
+    ++s.generated;
+    s.out->completion_tokens = s.generated;
+    const auto now = Clock::now();
+    {
+      std::lock_guard lock(mu_);
+      ++metrics_.completion_tokens;
+      if (s.generated == 1) {
+        const double t = std::chrono::duration<double>(now - s.start).count();
+        metrics_.ttft.observe(t);
+        s.out->first_token_seconds = t;
+      } else {
+        metrics_.token_latency.observe(std::chrono::duration<double>(now - s.last_token).count());
+      }
+    }
+    s.last_token = now;
+    if (s.job.top_logprobs >= 0) s.pending_logprobs.push_back(logprobs(lg, V, next, s.job.top_logprobs, tokenizer_));
+    std::string reason;
+    if (eot_ && next == *eot_) {
+      reason = "stop";
+    } else {
+      s.text += s.decoder.feed(next);
+      if (s.generated == s.job.max_tokens) {
+        s.text += s.decoder.flush();
+        reason = "length";
+      }
+    }
+    // A stop string anywhere in the text not yet streamed (or straddling its start) ends it there.
+    size_t end = s.text.size();
+    if (!s.job.stop.empty()) {
+      const size_t from = s.sent >= s.longest_stop ? s.sent - s.longest_stop + 1 : 0;
+      size_t cut = std::string::npos;
+      for (const auto& st : s.job.stop) cut = std::min(cut, s.text.find(st, from));
+      if (cut != std::string::npos) {
+        end = cut;
+        reason = "stop";
+      } else if (reason.empty()) {
+        end -= held_back(s.text, s.sent, s.job.stop);
+      }
+    }
+    if (end > s.sent || (!reason.empty() && !s.pending_logprobs.empty())) {
+      Stream::Event e;
+      e.text = s.text.substr(s.sent, end - s.sent);
+      e.tokens = std::move(s.pending_logprobs);
+      s.pending_logprobs.clear();
+      s.sent = std::max(s.sent, end);
+      s.out->push(std::move(e));
+    }
+    if (!reason.empty()) {
+      finish(s, reason);
+      sp.reset();
+      continue;
+    }
+    slots.push_back(s.slot);
+    ids.push_back(next);
+    batch.push_back(&s);
+  }
+  // 2. One decode forward over the sequences still decoding, each row computed as if alone.
+  if (!batch.empty()) {
+    const auto k = static_cast<int64_t>(batch.size());
+    std::vector<float> logits(static_cast<size_t>(k * V));
+    {
+      const RowIndependentProducts alone;
+      model_.forward_cached(logits.data(), ids.data(), k, 1, nullptr, cache_, false, slots.data());
+    }
+    for (int64_t b = 0; b < k; ++b) std::copy_n(logits.data() + b * V, V, batch[b]->logits.data());
+  }
+  // 3. The next prefill chunk of the oldest sequence still prefilling, alone.
+  Sequence* oldest = nullptr;
+  for (auto& sp : slots_)
+    if (sp && !sp->decoding() && !sp->out->cancelled() && (!oldest || sp->order < oldest->order)) oldest = sp.get();
+  if (oldest) {
+    Sequence& s = *oldest;
+    const int64_t P = static_cast<int64_t>(s.job.prompt.size());
+    const int64_t n = std::min(options_.prefill_chunk, P - s.prefilled);
+    model_.forward_cached(s.logits.data(), s.job.prompt.data() + s.prefilled, 1, n, nullptr, cache_, false, &s.slot);
+    s.prefilled += n;
+  }
+}
+
+}  // namespace tformer::serve

@@ -1,0 +1,161 @@
+// The server's inference loop: one thread owns the model and the KV cache; requests come in
+// through submit() from any thread and their results go out through each request's Stream.
+//
+// Continuous batching. The cache has `parallel` slots of `context` tokens each. A request waits
+// in a bounded queue until a slot is free, then joins the running batch at the next step. Each
+// step of the loop
+//   1. samples one token for every sequence that is decoding (from the logits of its last
+//      forward), streams its text, and retires the sequences that finished (end-of-text, their
+//      max_tokens, a stop string, a full slot) or were cancelled, freeing their slots;
+//   2. runs one decode forward over the sequences still decoding, each at its own position
+//      (Model::forward_cached with slots: the batch is the sequences of this step, wherever they
+//      sit in the cache);
+//   3. runs the next prefill chunk (at most `prefill_chunk` tokens) of the oldest request still
+//      prefilling, alone, so that a long prompt delays the others' decode by one chunk per step.
+//
+// Batch invariance. A sequence's logits are bit-identical whether it runs alone or beside others:
+// its prefill chunks always run alone, in the same chunks, and the decode forward runs under
+// RowIndependentProducts (kernels/linear.h), whose per-row arithmetic does not depend on the batch;
+// attention is per sequence. So a greedy or seeded request returns the same tokens however busy
+// the server is, and the same tokens as `tformer generate` with the same seed and prefill chunk.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "generate/sampler.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+
+namespace tformer::serve {
+
+struct EngineOptions {
+  int64_t parallel = 4;         // cache slots: sequences decoding at once
+  int64_t context = 0;          // tokens per slot (0: the model's context_length)
+  int64_t prefill_chunk = 512;  // prompt tokens per prefill step
+  int64_t max_queue = 64;       // requests waiting beyond the free slots; more and submit() refuses
+  int step_delay_ms = 0;        // a pause after each step: for tests, a model slow enough to watch
+};
+
+// What a completion asks for (already validated by the HTTP layer).
+struct CompletionJob {
+  std::vector<TokenId> prompt;  // non-empty, BOS included where the vocabulary wants one
+  int64_t max_tokens = 16;      // prompt + max_tokens <= context (checked by submit)
+  SamplerConfig sampler;
+  std::vector<std::string> stop;  // stop strings (the text ends before the first one found)
+  int top_logprobs = -1;          // -1: no logprobs; 0..20: the chosen token's and that many others
+};
+
+struct TokenLogprob {
+  std::string token;  // the token's text (its bytes; not always whole UTF-8 characters)
+  double logprob = 0;
+  std::vector<std::pair<std::string, double>> top;  // the most probable alternatives, best first
+};
+
+// One request's results, filled by the inference loop and drained by the HTTP thread.
+class Stream {
+ public:
+  struct Event {
+    enum class Kind { Text, Done, Error } kind = Kind::Text;
+    std::string text;                  // Text: the new characters (never a split UTF-8 character)
+    std::vector<TokenLogprob> tokens;  // Text: the tokens these characters came from, when asked
+    std::string finish_reason;         // Done: "stop" or "length"; Error: the message
+  };
+  // Waits up to timeout_ms for events and moves them into out; false when none came.
+  bool wait(std::vector<Event>& out, int timeout_ms);
+  // The HTTP side: the client has gone, or the request is given up. The loop retires it at its
+  // next step (a queued request never runs).
+  void cancel() { cancelled_ = true; }
+  bool cancelled() const { return cancelled_; }
+
+  const std::chrono::steady_clock::time_point submitted = std::chrono::steady_clock::now();
+  int64_t prompt_tokens = 0;                  // set by submit
+  std::atomic<int64_t> completion_tokens{0};  // tokens sampled so far
+  std::atomic<double> first_token_seconds{-1};
+
+  void push(Event e);  // the loop's side
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Event> events_;
+  std::atomic<bool> cancelled_{false};
+};
+
+// Prometheus counters and gauges (GET /metrics).
+struct Histogram {
+  std::vector<double> bounds;  // upper bounds, increasing; a +Inf bucket follows
+  std::vector<uint64_t> counts;
+  double sum = 0;
+  uint64_t count = 0;
+  explicit Histogram(std::vector<double> b) : bounds(std::move(b)), counts(bounds.size() + 1, 0) {}
+  void observe(double v);
+};
+
+struct EngineMetrics {
+  uint64_t requests = 0, finished = 0, cancelled = 0, rejected = 0, failed = 0;
+  uint64_t prompt_tokens = 0, completion_tokens = 0;
+  int64_t queued = 0, active = 0;
+  Histogram ttft{{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}};
+  Histogram token_latency{{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}};
+};
+
+class Engine {
+ public:
+  // The model and tokenizer outlive the engine. Starts the inference loop.
+  Engine(Model& model, const Tokenizer& tokenizer, EngineOptions options);
+  ~Engine();  // stop() and join
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Queues a job; null when the queue is full: max_queue requests already wait beyond the free
+  // slots (the caller answers 503). A job whose prompt and
+  // max_tokens cannot fit a slot throws Error naming both numbers (checked first).
+  std::shared_ptr<Stream> submit(CompletionJob job);
+  // Ends the loop: every queued and running request gets an Error event ("the server is shutting
+  // down") and the loop thread exits. Idempotent.
+  void stop();
+
+  int64_t context() const { return options_.context; }
+  const EngineOptions& options() const { return options_; }
+  EngineMetrics metrics() const;
+  // Bytes of the KV cache (allocated) and of the tokens it holds now.
+  int64_t cache_bytes() const { return cache_bytes_; }
+
+ private:
+  struct Sequence;
+  void loop();
+  void step();
+  void admit();
+  void finish(Sequence& s, const std::string& reason);
+
+  Model& model_;
+  const Tokenizer& tokenizer_;
+  EngineOptions options_;
+  KVCache cache_;
+  int64_t cache_bytes_ = 0;
+  std::vector<TokenId> never_sample_;
+  std::optional<TokenId> eot_;
+
+  mutable std::mutex mu_;  // guards queue_, stopping_, metrics_
+  std::condition_variable cv_;
+  std::deque<std::pair<CompletionJob, std::shared_ptr<Stream>>> queue_;
+  bool stopping_ = false;
+  EngineMetrics metrics_;
+
+  // The loop's own state (only its thread touches it).
+  std::vector<std::unique_ptr<Sequence>> slots_;  // [parallel]; null = free
+  uint64_t admitted_ = 0;
+  std::thread thread_;
+};
+
+}  // namespace tformer::serve

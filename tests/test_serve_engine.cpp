@@ -1,0 +1,296 @@
+// The server's inference loop (src/serve/engine.h): continuous batching whose results do not
+// depend on the batch. A sequence's logits are bit-identical alone or beside others (checked on the
+// model's forward with slots, for float32 and every stored type, and through the engine's exact
+// log-probabilities); a seeded request returns what generate() returns; stop strings, limits,
+// cancellation and shutdown.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "generate/generator.h"
+#include "kernels/linear.h"
+#include "model/checkpoint.h"
+#include "model/gguf_model.h"
+#include "random_model.h"
+#include "serve/engine.h"
+#include "test_util.h"
+#include "tokenizer/char_tokenizer.h"
+
+namespace tformer {
+namespace {
+
+using serve::CompletionJob;
+using serve::Engine;
+using serve::EngineOptions;
+using serve::Stream;
+
+// A model a third of random_model's scale (nearer a trained one's), on the byte vocabulary.
+std::unique_ptr<Model> test_model(const char* overrides, uint64_t seed) {
+  auto m = test::random_model(test::small_config(overrides), seed);
+  for (const auto& e : m->params().entries())
+    if (e.shape.rank() == 2)
+      for (int64_t i = 0; i < e.shape.numel(); ++i) m->params().data()[e.offset + i] /= 3;
+  return m;
+}
+
+constexpr const char* kConfig = R"({"context_length": 96, "d_model": 64, "d_ff": 96, "n_heads": 4,
+                                    "n_kv_heads": 2, "positions": "rope", "norm": "rmsnorm",
+                                    "activation": "swiglu", "bias": false, "tied_embeddings": false})";
+
+// The decode forward of 16 sequences at scattered slots, under RowIndependentProducts, gives each
+// the bits of its own one-sequence forward: for float32 weights and every stored type (whose
+// tiled products, taken from 8 rows on, are not used in this mode).
+TEST(ServeEngine, DecodeWithSlotsGivesEachSequenceTheBitsOfItsOwnForward) {
+  test::TempDir tmp;
+  auto dense = test_model(kConfig, 5);
+  const auto tok = CharTokenizer::bytes();
+  std::vector<std::unique_ptr<Model>> models;
+  std::vector<std::string> names;
+  models.push_back(std::move(dense));
+  names.push_back("f32");
+  for (const auto& [type, name] : {std::pair{GgufExportType::BF16, "bf16"}, std::pair{GgufExportType::Q8_0, "q8_0"},
+                                   std::pair{GgufExportType::Q4_0, "q4_0"}}) {
+    const std::string p = (tmp.path() / (std::string(name) + ".gguf")).string();
+    export_gguf(p, *models[0], tok, "", type);
+    models.push_back(std::move(load_model(p).model));
+    names.push_back(name);
+  }
+  for (size_t mi = 0; mi < models.size(); ++mi) {
+    SCOPED_TRACE(names[mi]);
+    Model& m = *models[mi];
+    const int64_t V = m.config().vocab_size, S = 20, B = 16;
+    // Sequence b (b < 16) lives in slot (7 b + 3) mod 20, with a prompt of 1 + (5 b) mod 13 tokens.
+    KVCache shared = m.make_cache(S, 64);
+    std::vector<int64_t> slots;
+    std::vector<std::vector<TokenId>> prompts;
+    for (int64_t b = 0; b < B; ++b) {
+      slots.push_back((7 * b + 3) % S);
+      std::vector<TokenId> p;
+      for (int64_t t = 0; t < 1 + (5 * b) % 13; ++t) p.push_back(static_cast<TokenId>((31 * b + 17 * t + 5) % V));
+      prompts.push_back(p);
+    }
+    std::vector<float> lg(static_cast<size_t>(B * V)), one(static_cast<size_t>(V));
+    for (int64_t b = 0; b < B; ++b)
+      m.forward_cached(one.data(), prompts[b].data(), 1, static_cast<int64_t>(prompts[b].size()), nullptr, shared,
+                       false, &slots[b]);
+    std::vector<TokenId> next;
+    for (int64_t b = 0; b < B; ++b) next.push_back(static_cast<TokenId>((b * 13 + 1) % V));
+    for (int step = 0; step < 3; ++step) {
+      {
+        const RowIndependentProducts alone;
+        m.forward_cached(lg.data(), next.data(), B, 1, nullptr, shared, false, slots.data());
+      }
+      for (int64_t b = 0; b < B; ++b) {
+        // The same sequence alone, in a cache of its own, one token at a time after its prompt.
+        KVCache own = m.make_cache(1, 64);
+        std::vector<TokenId> ids = prompts[b];
+        m.forward_cached(one.data(), ids.data(), 1, static_cast<int64_t>(ids.size()), nullptr, own, false);
+        for (int s = 0; s <= step; ++s) {
+          const TokenId t = static_cast<TokenId>((b * 13 + 1 + 7 * s) % V);
+          m.forward_cached(one.data(), &t, 1, 1, nullptr, own, false);
+        }
+        ASSERT_EQ(std::memcmp(one.data(), lg.data() + b * V, static_cast<size_t>(V) * sizeof(float)), 0)
+            << "sequence " << b << " step " << step;
+        EXPECT_EQ(shared.length(slots[b]), own.length(0));
+      }
+      for (int64_t b = 0; b < B; ++b) next[b] = static_cast<TokenId>((b * 13 + 1 + 7 * (step + 1)) % V);
+    }
+    // Slots: distinct and inside the cache.
+    std::vector<int64_t> twice = {1, 1};
+    EXPECT_THROW(m.forward_cached(lg.data(), next.data(), 2, 1, nullptr, shared, false, twice.data()), Error);
+    std::vector<int64_t> outside = {S};
+    EXPECT_THROW(m.forward_cached(lg.data(), next.data(), 1, 1, nullptr, shared, false, outside.data()), Error);
+  }
+}
+
+// Everything a stream delivers until its end.
+struct Result {
+  std::string text, finish, error;
+  std::vector<serve::TokenLogprob> logprobs;
+  std::vector<std::string> pieces;
+};
+Result drain(Stream& s) {
+  Result r;
+  for (;;) {
+    std::vector<Stream::Event> ev;
+    s.wait(ev, 1000);
+    for (auto& e : ev) {
+      if (e.kind == Stream::Event::Kind::Text) {
+        r.text += e.text;
+        r.pieces.push_back(e.text);
+        for (auto& t : e.tokens) r.logprobs.push_back(t);
+      } else if (e.kind == Stream::Event::Kind::Done) {
+        r.finish = e.finish_reason;
+        return r;
+      } else {
+        r.error = e.finish_reason;
+        return r;
+      }
+    }
+  }
+}
+
+CompletionJob job_of(const Tokenizer& tok, const std::string& prompt, int64_t max_tokens, uint64_t seed,
+                     double temperature = 0.8) {
+  CompletionJob j;
+  j.prompt = tok.encode(prompt);
+  j.max_tokens = max_tokens;
+  j.sampler = {temperature, 0, 0.95, seed};
+  return j;
+}
+
+class ServeEngineTest : public ::testing::Test {
+ protected:
+  ServeEngineTest() : model_(test_model(kConfig, 11)), tok_(CharTokenizer::bytes()) {}
+  std::unique_ptr<Model> model_;
+  CharTokenizer tok_;
+};
+
+TEST_F(ServeEngineTest, SeededRequestReturnsWhatGenerateReturns) {
+  EngineOptions o;
+  o.parallel = 3;
+  o.prefill_chunk = 8;
+  Engine engine(*model_, tok_, o);
+  for (const double temperature : {0.0, 0.8}) {
+    for (const std::string prompt : {"To be", "A longer prompt of several chunks"}) {
+      SCOPED_TRACE(prompt + " " + std::to_string(temperature));
+      auto s = engine.submit(job_of(tok_, prompt, 40, 1234, temperature));
+      ASSERT_TRUE(s);
+      const Result r = drain(*s);
+      EXPECT_EQ(r.finish, "length");
+      GenerateOptions g;
+      g.max_new_tokens = 40;
+      g.sampler = {temperature, 0, 0.95, 1234};
+      g.prefill_chunk = 8;
+      const auto out = generate(*model_, {tok_.encode(prompt)}, g);
+      EXPECT_EQ(r.text, tok_.decode(out[0]));
+      EXPECT_EQ(s->completion_tokens, 40);
+    }
+  }
+}
+
+// One request alone, then the same request in the middle of fifteen others of mixed prompt
+// lengths (prefilling in chunks while it decodes): the same text and the same log-probabilities to
+// the last bit (they are computed from the logits, so the logits were the same).
+TEST_F(ServeEngineTest, SameTokensAndLogprobsAloneOrBesideFifteenOthers) {
+  EngineOptions o;
+  o.parallel = 16;
+  o.prefill_chunk = 6;
+  Engine engine(*model_, tok_, o);
+  auto probe = [&] {
+    CompletionJob j = job_of(tok_, "The probe prompt", 30, 99);
+    j.top_logprobs = 3;
+    return j;
+  };
+  auto alone = engine.submit(probe());
+  const Result a = drain(*alone);
+  ASSERT_EQ(a.logprobs.size(), 30u);
+  std::vector<std::shared_ptr<Stream>> others;
+  for (int i = 0; i < 15; ++i) {
+    if (i == 7) others.push_back(engine.submit(probe()));
+    others.push_back(engine.submit(
+        job_of(tok_, std::string(static_cast<size_t>(1 + 4 * i), char('a' + i)), 8 + 2 * i, static_cast<uint64_t>(i))));
+  }
+  std::vector<Result> results;
+  for (auto& s : others) {
+    ASSERT_TRUE(s);
+    results.push_back(drain(*s));
+  }
+  const Result& b = results[7];
+  EXPECT_EQ(b.text, a.text);
+  ASSERT_EQ(b.logprobs.size(), a.logprobs.size());
+  for (size_t i = 0; i < a.logprobs.size(); ++i) {
+    EXPECT_EQ(b.logprobs[i].token, a.logprobs[i].token);
+    EXPECT_EQ(b.logprobs[i].logprob, a.logprobs[i].logprob) << "token " << i;  // exact
+    ASSERT_EQ(b.logprobs[i].top.size(), 3u);
+    for (size_t k = 0; k < 3; ++k) EXPECT_EQ(b.logprobs[i].top[k], a.logprobs[i].top[k]);
+    EXPECT_GE(a.logprobs[i].top[0].second, a.logprobs[i].logprob);
+  }
+  // Every other request also equals its own solo run.
+  for (int i : {0, 5, 14}) {
+    auto solo = engine.submit(
+        job_of(tok_, std::string(static_cast<size_t>(1 + 4 * i), char('a' + i)), 8 + 2 * i, static_cast<uint64_t>(i)));
+    EXPECT_EQ(drain(*solo).text, results[static_cast<size_t>(i < 7 ? i : i + 1)].text) << "request " << i;
+  }
+  const auto m = engine.metrics();
+  EXPECT_EQ(m.requests, 20u);
+  EXPECT_EQ(m.finished, 20u);
+  EXPECT_EQ(m.ttft.count, 20u);
+}
+
+TEST_F(ServeEngineTest, StopStringsCutTheTextAndNothingTheyCutIsStreamed) {
+  EngineOptions o;
+  o.parallel = 2;
+  Engine engine(*model_, tok_, o);
+  const std::string full = drain(*engine.submit(job_of(tok_, "Stop here", 60, 5))).text;
+  ASSERT_GE(full.size(), 30u);
+  // A stop string of three tokens (the byte vocabulary: one token per byte) from the middle.
+  const std::string stop = full.substr(12, 3);
+  const size_t cut = full.find(stop);
+  CompletionJob j = job_of(tok_, "Stop here", 60, 5);
+  j.stop = {"\x01\x02\x03never", stop};
+  const Result r = drain(*engine.submit(j));
+  EXPECT_EQ(r.finish, "stop");
+  EXPECT_EQ(r.text, full.substr(0, cut));
+  // A stop string never completed: its prefixes are held back while they may start it, then
+  // streamed; the whole text arrives.
+  CompletionJob h = job_of(tok_, "Stop here", 60, 5);
+  h.stop = {full.substr(20, 2) + "\xff\xfe"};
+  const Result all = drain(*engine.submit(h));
+  EXPECT_EQ(all.finish, "length");
+  EXPECT_EQ(all.text, full);
+  // End-of-text is no stop string here (the byte vocabulary has none): max_tokens 0 gives nothing.
+  const Result none = drain(*engine.submit(job_of(tok_, "x", 0, 1)));
+  EXPECT_EQ(none.finish, "length");
+  EXPECT_EQ(none.text, "");
+}
+
+TEST_F(ServeEngineTest, LimitsCancellationAndShutdown) {
+  EngineOptions o;
+  o.parallel = 1;
+  o.max_queue = 1;
+  o.context = 64;
+  auto engine = std::make_unique<Engine>(*model_, tok_, o);
+  // A job that cannot fit its slot is refused, naming both numbers.
+  EXPECT_ERROR(engine->submit(job_of(tok_, "0123456789", 60, 1)), ErrorKind::BadInput, "max_tokens", "70", "64 tokens");
+  CompletionJob bad = job_of(tok_, "x", 1, 1);
+  bad.prompt = {300};
+  EXPECT_ERROR(engine->submit(bad), ErrorKind::BadInput, "prompt", "outside the vocabulary");
+  // One running (its first text has come), one queued, the third refused: the queue holds one.
+  auto running = engine->submit(job_of(tok_, "run", 60, 2));
+  std::vector<Stream::Event> first;
+  while (!running->wait(first, 1000)) {}
+  auto queued = engine->submit(job_of(tok_, "wait", 10, 3));
+  ASSERT_TRUE(queued);
+  EXPECT_FALSE(engine->submit(job_of(tok_, "no room", 10, 4)));
+  EXPECT_EQ(engine->metrics().rejected, 1u);
+  // The queued one is cancelled before it runs: it never runs. The running one is cancelled
+  // within a step: its stream ends with an error.
+  queued->cancel();
+  running->cancel();
+  const Result r = drain(*running);
+  EXPECT_NE(r.error.find("cancelled"), std::string::npos);
+  EXPECT_LT(running->completion_tokens, 60);
+  for (int i = 0; i < 100 && engine->metrics().cancelled < 2; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(engine->metrics().cancelled, 2u);
+  EXPECT_EQ(queued->completion_tokens, 0);
+  // The server keeps serving.
+  EXPECT_EQ(drain(*engine->submit(job_of(tok_, "after", 5, 6))).finish, "length");
+  // Shutdown ends the running and the queued with an error event.
+  auto a = engine->submit(job_of(tok_, "long", 60, 7));
+  std::vector<Stream::Event> started;
+  while (!a->wait(started, 1000)) {}
+  auto b = engine->submit(job_of(tok_, "queued", 5, 8));
+  engine->stop();
+  EXPECT_NE(drain(*a).error.find("shutting down"), std::string::npos);
+  ASSERT_TRUE(b);
+  EXPECT_NE(drain(*b).error.find("shutting down"), std::string::npos);
+  EXPECT_FALSE(engine->submit(job_of(tok_, "late", 5, 9)));
+  engine.reset();
+}
+
+}  // namespace
+}  // namespace tformer

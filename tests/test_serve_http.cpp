@@ -1,0 +1,443 @@
+// tformer serve over raw sockets (src/serve/http.h, api.h): malformed and mistyped requests, bodies
+// and request lines over the limits, a slow client, a disconnect at every stage, keys, the queue
+// and connection limits; after each the server keeps serving.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "random_model.h"
+#include "serve/api.h"
+#include "test_util.h"
+#include "tokenizer/char_tokenizer.h"
+
+namespace tformer {
+namespace {
+
+using nlohmann::json;
+
+int connect_to(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  return fd;
+}
+
+void send_all(int fd, std::string_view s) {
+  while (!s.empty()) {
+    const ssize_t n = ::send(fd, s.data(), s.size(), MSG_NOSIGNAL);
+    if (n <= 0) return;  // the server may close first (a refused request)
+    s.remove_prefix(static_cast<size_t>(n));
+  }
+}
+
+// Everything the server sends until it closes (or 20 s pass: a test failure below, not a hang).
+std::string read_all(int fd, int timeout_ms = 20000) {
+  std::string out;
+  char buf[4096];
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now());
+    if (left.count() <= 0) break;
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) break;
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  return out;
+}
+
+int status_of(const std::string& response) {
+  if (response.rfind("HTTP/1.1 ", 0) != 0) return -1;
+  return std::stoi(response.substr(9, 3));
+}
+std::string body_of(const std::string& response) {
+  const size_t at = response.find("\r\n\r\n");
+  return at == std::string::npos ? "" : response.substr(at + 4);
+}
+
+struct Reply {
+  int status = -1;
+  std::string body;
+};
+
+class ServeHttpTest : public ::testing::Test {
+ protected:
+  void start(serve::EngineOptions eo = {}, serve::ApiOptions ao = {}, serve::HttpLimits limits = {}) {
+    model_ = test::random_model(test::small_config(R"({"context_length": 64, "d_model": 32, "d_ff": 48})"), 3);
+    ao.model_id = "m";
+    engine_ = std::make_unique<serve::Engine>(*model_, tok_, eo);
+    api_ = std::make_unique<serve::Api>(*engine_, tok_, ao);
+    server_ = std::make_unique<serve::HttpServer>(
+        "127.0.0.1", 0, limits, [this](const serve::HttpRequest& q, serve::HttpResponse& r) { api_->handle(q, r); });
+    thread_ = std::thread([this] { server_->run(); });
+  }
+  ~ServeHttpTest() override {
+    if (server_) {
+      engine_->stop();
+      server_->stop();
+      thread_.join();
+    }
+  }
+  // One request on its own connection (Connection: close).
+  Reply request(const std::string& method, const std::string& path, const std::string& body = "",
+                const std::string& extra = "") {
+    const int fd = connect_to(server_->port());
+    send_all(fd, fmt::format("{} {} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{}Content-Length: {}\r\n\r\n{}", method,
+                             path, extra, body.size(), body));
+    const std::string r = read_all(fd);
+    ::close(fd);
+    return {status_of(r), body_of(r)};
+  }
+  Reply post(const std::string& path, const json& body, const std::string& extra = "") {
+    return request("POST", path, body.dump(), extra);
+  }
+  void expect_serving() {
+    const Reply r = request("GET", "/health");
+    EXPECT_EQ(r.status, 200);
+    EXPECT_EQ(r.body, R"({"status":"ok"})");
+  }
+  uint64_t cancelled() const { return engine_->metrics().cancelled; }
+  void wait_for_cancelled(uint64_t n) {
+    for (int i = 0; i < 500 && cancelled() < n; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    EXPECT_EQ(cancelled(), n);
+  }
+
+  CharTokenizer tok_ = CharTokenizer::bytes();
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<serve::Engine> engine_;
+  std::unique_ptr<serve::Api> api_;
+  std::unique_ptr<serve::HttpServer> server_;
+  std::thread thread_;
+};
+
+// The error a reply carries: its status, and its message contains each of `words`.
+::testing::AssertionResult is_error(const Reply& r, int status, std::initializer_list<std::string_view> words) {
+  if (r.status != status)
+    return ::testing::AssertionFailure() << "status " << r.status << ", expected " << status << ": " << r.body;
+  const json j = json::parse(r.body, nullptr, false);
+  if (j.is_discarded() || !j.contains("error") || !j["error"].contains("message") || !j["error"].contains("type") ||
+      j["error"]["code"] != status)
+    return ::testing::AssertionFailure() << "not an OpenAI error body: " << r.body;
+  const std::string msg = j["error"]["message"];
+  for (auto w : words)
+    if (msg.find(w) == std::string::npos) return ::testing::AssertionFailure() << "'" << w << "' not in: " << msg;
+  return ::testing::AssertionSuccess();
+}
+
+TEST_F(ServeHttpTest, BadRequestsGetTheirStatusAndNameTheField) {
+  start();
+  EXPECT_TRUE(is_error(request("POST", "/v1/completions", "{\"prompt\": "), 400, {"not valid JSON"}));
+  EXPECT_TRUE(is_error(request("POST", "/v1/completions", "[1, 2]"), 400, {"JSON object"}));
+  EXPECT_TRUE(is_error(post("/v1/completions", {{"max_tokens", 3}}), 400, {"'prompt' is required"}));
+  EXPECT_TRUE(is_error(post("/v1/completions", {{"prompt", "hi"}, {"max_tokens", "5"}}), 400,
+                       {"'max_tokens'", "integer", "string"}));
+  EXPECT_TRUE(is_error(post("/v1/completions", {{"prompt", 5}}), 400, {"'prompt'", "integer"}));
+  EXPECT_TRUE(is_error(post("/v1/completions", {{"prompt", "hi"}, {"temperature", -1}}), 400, {"'temperature'"}));
+  EXPECT_TRUE(is_error(post("/v1/completions", {{"prompt", "hi"}, {"top_p", 0}}), 400, {"'top_p'"}));
+  EXPECT_TRUE(is_error(post("/v1/completions", {{"prompt", "hi"}, {"stop", {1}}}), 400, {"'stop'[0]"}));
+  EXPECT_TRUE(is_error(post("/v1/completions", {{"prompt", "hi"}, {"stream", "yes"}}), 400, {"'stream'"}));
+  EXPECT_TRUE(is_error(post("/v1/completions", {{"prompt", {1, 300}}}), 400, {"'prompt'[1]", "0..255"}));
+  EXPECT_TRUE(is_error(post("/v1/completions", {{"prompt", "hi"}, {"model", "other"}}), 404, {"'other'", "'m'"}));
+  // The context: 64 tokens per sequence here; both numbers named.
+  EXPECT_TRUE(is_error(post("/v1/completions", {{"prompt", "0123456789"}, {"max_tokens", 60}}), 400,
+                       {"10 tokens", "60", "64"}));
+  EXPECT_TRUE(is_error(post("/v1/completions", {{"prompt", std::string(70, 'a')}}), 400, {"70 tokens", "64"}));
+  // Chat without a template names the remedy.
+  EXPECT_TRUE(is_error(post("/v1/chat/completions", {{"messages", {{{"role", "user"}, {"content", "hi"}}}}}), 400,
+                       {"--chat-template"}));
+  EXPECT_TRUE(is_error(request("GET", "/v1/nothing"), 404, {"/v1/nothing"}));
+  EXPECT_TRUE(is_error(request("GET", "/v1/completions"), 405, {"POST"}));
+  // Nesting far past any real request is refused before parsing.
+  EXPECT_TRUE(is_error(request("POST", "/v1/completions", std::string(100000, '[')), 400, {"nested"}));
+  EXPECT_TRUE(is_error(post("/detokenize", {{"tokens", {1, -2}}}), 400, {"'tokens'[1]"}));
+  expect_serving();
+}
+
+TEST_F(ServeHttpTest, CompletionsTokenizeAndMetricsAnswerInOpenAIShapes) {
+  start();
+  const Reply r = post("/v1/completions", {{"prompt", "ab"}, {"max_tokens", 5}, {"seed", 3}, {"temperature", 0}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json j = json::parse(r.body);
+  EXPECT_EQ(j["object"], "text_completion");
+  EXPECT_EQ(j["model"], "m");
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(j["usage"]["prompt_tokens"], 2);
+  EXPECT_EQ(j["usage"]["completion_tokens"], 5);
+  EXPECT_EQ(j["usage"]["total_tokens"], 7);
+  // Token ids as the prompt, and /tokenize, /detokenize.
+  EXPECT_EQ(json::parse(post("/tokenize", {{"content", "ab"}}).body)["tokens"], json({97, 98}));
+  EXPECT_EQ(json::parse(post("/detokenize", {{"tokens", {104, 105}}}).body)["content"], "hi");
+  const Reply ids = post("/v1/completions", {{"prompt", {97, 98}}, {"max_tokens", 5}, {"temperature", 0}});
+  EXPECT_EQ(json::parse(ids.body)["choices"][0]["text"], j["choices"][0]["text"]);
+  // Streaming: events, then [DONE]; the pieces add up to the same text.
+  const Reply s = post("/v1/completions", {{"prompt", "ab"},
+                                           {"max_tokens", 5},
+                                           {"temperature", 0},
+                                           {"stream", true},
+                                           {"stream_options", {{"include_usage", true}}}});
+  ASSERT_EQ(s.status, 200);
+  std::string text, finish;
+  int64_t usage = -1;
+  bool done = false;
+  // The body is chunked: each chunk holds one "data: ...\n\n" event.
+  for (size_t at = 0; (at = s.body.find("data: ", at)) != std::string::npos;) {
+    const size_t end = s.body.find("\n\n", at);
+    const std::string data = s.body.substr(at + 6, end - at - 6);
+    at = end;
+    if (data == "[DONE]") {
+      done = true;
+      continue;
+    }
+    const json e = json::parse(data);
+    if (e["choices"].empty()) {
+      usage = e["usage"]["completion_tokens"];
+      continue;
+    }
+    text += e["choices"][0]["text"].get<std::string>();
+    if (!e["choices"][0]["finish_reason"].is_null()) finish = e["choices"][0]["finish_reason"];
+  }
+  EXPECT_TRUE(done);
+  EXPECT_EQ(text, j["choices"][0]["text"]);
+  EXPECT_EQ(finish, "length");
+  EXPECT_EQ(usage, 5);
+  const Reply m = request("GET", "/metrics");
+  EXPECT_EQ(m.status, 200);
+  EXPECT_NE(m.body.find("tformer_requests_total 3\n"), std::string::npos) << m.body;
+  EXPECT_NE(m.body.find("tformer_completion_tokens_total 15\n"), std::string::npos);
+  EXPECT_NE(m.body.find("tformer_time_to_first_token_seconds_count 3\n"), std::string::npos);
+  EXPECT_NE(m.body.find("tformer_token_latency_seconds_bucket{le=\"+Inf\"} 12\n"), std::string::npos);
+}
+
+TEST_F(ServeHttpTest, LimitsOnBodyLineHeadersAndTime) {
+  serve::HttpLimits limits;
+  limits.max_body = 4096;
+  limits.header_timeout_ms = 400;
+  start({}, {}, limits);
+  // A body over the limit is refused from its Content-Length, before it is sent.
+  {
+    const int fd = connect_to(server_->port());
+    send_all(fd, "POST /v1/completions HTTP/1.1\r\nContent-Length: 5000\r\n\r\n");
+    const std::string r = read_all(fd);
+    ::close(fd);
+    EXPECT_TRUE(is_error({status_of(r), body_of(r)}, 413, {"5000", "4096"}));
+  }
+  // A request line of 1 MB.
+  {
+    const int fd = connect_to(server_->port());
+    send_all(fd, "GET /" + std::string(1 << 20, 'a') + " HTTP/1.1\r\n\r\n");
+    const std::string r = read_all(fd);
+    ::close(fd);
+    EXPECT_EQ(status_of(r), 414);
+  }
+  // Headers past 16 KB.
+  {
+    const int fd = connect_to(server_->port());
+    send_all(fd, "GET /health HTTP/1.1\r\nX-Big: " + std::string(20000, 'b') + "\r\n\r\n");
+    const std::string r = read_all(fd);
+    ::close(fd);
+    EXPECT_EQ(status_of(r), 431);
+  }
+  // A client that sends a byte at a time, too slowly: 408 once the header time is up.
+  {
+    const int fd = connect_to(server_->port());
+    const std::string req = "GET /health HTTP/1.1\r\n\r\n";
+    std::string got;
+    for (char c : req) {
+      send_all(fd, std::string(1, c));
+      got = read_all(fd, 100);
+      if (!got.empty()) break;
+    }
+    if (got.empty()) got = read_all(fd);
+    ::close(fd);
+    EXPECT_EQ(status_of(got), 408);
+  }
+  // Chunked request bodies are refused; Expect: 100-continue is answered.
+  EXPECT_EQ(request("POST", "/tokenize", "", "Transfer-Encoding: chunked\r\n").status, 411);
+  {
+    const int fd = connect_to(server_->port());
+    const std::string body = R"({"content": "ab"})";
+    send_all(fd, fmt::format("POST /tokenize HTTP/1.1\r\nExpect: 100-continue\r\nConnection: close\r\n"
+                             "Content-Length: {}\r\n\r\n",
+                             body.size()));
+    const std::string cont = read_all(fd, 2000);
+    EXPECT_EQ(cont.rfind("HTTP/1.1 100 Continue\r\n\r\n", 0), 0u) << cont;
+    send_all(fd, body);
+    const std::string r = read_all(fd);
+    ::close(fd);
+    EXPECT_EQ(status_of(r), 200);
+  }
+  // Malformed request lines and headers.
+  for (const char* bad :
+       {"GARBAGE\r\n\r\n", "GET /x HTTP/2.0\r\n\r\n", "GET x HTTP/1.1\r\n\r\n",
+        "GET /health HTTP/1.1\r\nno colon here\r\n\r\n", "POST /tokenize HTTP/1.1\r\nContent-Length: 12abc\r\n\r\n"}) {
+    const int fd = connect_to(server_->port());
+    send_all(fd, bad);
+    const std::string r = read_all(fd);
+    ::close(fd);
+    const int st = status_of(r);
+    EXPECT_TRUE(st == 400 || st == 505) << bad << " -> " << r;
+  }
+  expect_serving();
+}
+
+TEST_F(ServeHttpTest, DisconnectAtEveryStageCancelsAndTheServerKeepsServing) {
+  serve::EngineOptions eo;
+  eo.parallel = 2;
+  eo.prefill_chunk = 4;
+  eo.step_delay_ms = 10;  // 60 tokens take 600 ms: a disconnect is seen mid-stream
+  start(eo);
+  // Before anything, in the middle of the headers, in the middle of the body.
+  for (const std::string& part : {std::string(), std::string("POST /v1/comp"),
+                                  std::string("POST /v1/completions HTTP/1.1\r\nContent-Length: 100\r\n\r\n{\"pro")}) {
+    const int fd = connect_to(server_->port());
+    send_all(fd, part);
+    ::close(fd);
+  }
+  expect_serving();
+  // During a stream, after its first event: the sequence is cancelled within a step.
+  {
+    const int fd = connect_to(server_->port());
+    const std::string body = json{{"prompt", "abc"}, {"max_tokens", 60}, {"stream", true}}.dump();
+    send_all(fd, fmt::format("POST /v1/completions HTTP/1.1\r\nContent-Length: {}\r\n\r\n{}", body.size(), body));
+    std::string got;
+    char buf[256];
+    while (got.find("data: ") == std::string::npos) {
+      const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+      if (n <= 0) break;
+      got.append(buf, static_cast<size_t>(n));
+    }
+    ::close(fd);
+    wait_for_cancelled(1);
+  }
+  // Right after the request (in its prefill or queued), without reading anything.
+  {
+    const int fd = connect_to(server_->port());
+    const std::string body = json{{"prompt", std::string(40, 'x')}, {"max_tokens", 20}}.dump();
+    send_all(fd, fmt::format("POST /v1/completions HTTP/1.1\r\nContent-Length: {}\r\n\r\n{}", body.size(), body));
+    ::close(fd);
+    wait_for_cancelled(2);
+  }
+  expect_serving();
+  EXPECT_EQ(post("/v1/completions", {{"prompt", "ok"}, {"max_tokens", 3}}).status, 200);
+}
+
+TEST_F(ServeHttpTest, KeysQueueAndConnectionLimits) {
+  serve::EngineOptions eo;
+  eo.parallel = 1;
+  eo.max_queue = 0;
+  eo.step_delay_ms = 10;  // the stream below holds its slot for 600 ms
+  serve::ApiOptions ao;
+  ao.api_key = "s3cret-key";
+  serve::HttpLimits limits;
+  limits.max_connections = 3;
+  start(eo, ao, limits);
+  EXPECT_EQ(request("GET", "/health").status, 200);  // no key needed
+  EXPECT_TRUE(is_error(request("GET", "/v1/models"), 401, {"API key"}));
+  EXPECT_TRUE(is_error(request("GET", "/v1/models", "", "Authorization: Bearer s3cret-kex\r\n"), 401, {"API key"}));
+  EXPECT_TRUE(is_error(request("GET", "/v1/models", "", "Authorization: Bearer s3cret-key2\r\n"), 401, {"API key"}));
+  const Reply ok = request("GET", "/v1/models", "", "Authorization: Bearer s3cret-key\r\n");
+  ASSERT_EQ(ok.status, 200);
+  EXPECT_EQ(json::parse(ok.body)["data"][0]["id"], "m");
+  EXPECT_TRUE(serve::constant_time_equal("abc", "abc"));
+  EXPECT_FALSE(serve::constant_time_equal("abc", "abd"));
+  EXPECT_FALSE(serve::constant_time_equal("abc", "abcd"));
+  EXPECT_FALSE(serve::constant_time_equal("", "a"));
+  // One slot, no queue: while a stream holds the slot, the next request is refused with 503.
+  const std::string key = "Authorization: Bearer s3cret-key\r\n";
+  const int fd = connect_to(server_->port());
+  const std::string body = json{{"prompt", "abc"}, {"max_tokens", 60}, {"stream", true}}.dump();
+  send_all(fd, fmt::format("POST /v1/completions HTTP/1.1\r\n{}Content-Length: {}\r\n\r\n{}", key, body.size(), body));
+  std::string got;
+  char buf[256];
+  while (got.find("data: ") == std::string::npos) {
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) break;
+    got.append(buf, static_cast<size_t>(n));
+  }
+  EXPECT_TRUE(is_error(post("/v1/completions", {{"prompt", "x"}, {"max_tokens", 2}}, key), 503, {"busy"}));
+  // Connections: the stream holds one; two more idle ones fill the limit of 3; a fourth gets 503.
+  const int idle1 = connect_to(server_->port()), idle2 = connect_to(server_->port());
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const int extra = connect_to(server_->port());
+  const std::string r = read_all(extra);
+  EXPECT_TRUE(is_error({status_of(r), body_of(r)}, 503, {"connections"}));
+  for (int f : {fd, idle1, idle2, extra}) ::close(f);
+  wait_for_cancelled(1);
+  for (int i = 0; i < 100; ++i) {  // the connection threads notice their clients have gone
+    if (request("GET", "/health").status == 200) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(post("/v1/completions", {{"prompt", "x"}, {"max_tokens", 2}}, key).status, 200);
+}
+
+TEST_F(ServeHttpTest, KeepAliveServesSeveralRequestsOnOneConnection) {
+  start();
+  const int fd = connect_to(server_->port());
+  send_all(fd, "GET /health HTTP/1.1\r\n\r\nGET /v1/models HTTP/1.1\r\nConnection: close\r\n\r\n");
+  const std::string r = read_all(fd);
+  ::close(fd);
+  EXPECT_EQ(r.rfind("HTTP/1.1 200 OK", 0), 0u);
+  const size_t second = r.find("HTTP/1.1 200 OK", 10);
+  ASSERT_NE(second, std::string::npos) << r;
+  EXPECT_NE(r.find("\"object\":\"list\"", second), std::string::npos);
+}
+
+TEST(ServeChatTemplate, PlainAndFileTemplatesRenderAsDocumented) {
+  const auto plain = serve::ChatTemplate::plain();
+  EXPECT_EQ(plain.render({{"system", "Be brief."}, {"user", "Hi {role}"}}),
+            "system: Be brief.\nuser: Hi {role}\nassistant:");
+  EXPECT_EQ(plain.stop, std::vector<std::string>{"\nuser:"});
+  test::TempDir tmp;
+  const std::string p = (tmp.path() / "t.txt").string();
+  {
+    std::ofstream f(p);
+    f << "# a comment\nprefix: <s>\nmessage: [{role}]\\s{content}\\n\nmessage.system: ({content})\\n\n"
+         "generation: [assistant]\\s\nstop: \\n[user]\nstop: </s>\n";
+  }
+  const auto t = serve::ChatTemplate::from_file(p);
+  EXPECT_EQ(t.render({{"system", "S"}, {"user", "U"}}), "<s>(S)\n[user] U\n[assistant] ");
+  EXPECT_EQ(t.stop, (std::vector<std::string>{"\n[user]", "</s>"}));
+  {
+    std::ofstream f(p);
+    f << "message: {content}\ngeneration: x\nbogus: 1\n";
+  }
+  EXPECT_ERROR(serve::ChatTemplate::from_file(p), ErrorKind::BadFile, p, "line 3", "bogus");
+  {
+    std::ofstream f(p);
+    f << "message: no placeholder\ngeneration: x\n";
+  }
+  EXPECT_ERROR(serve::ChatTemplate::from_file(p), ErrorKind::BadFile, p, "{content}");
+}
+
+TEST_F(ServeHttpTest, ChatWithThePlainTemplate) {
+  serve::ApiOptions ao;
+  ao.has_chat_template = true;
+  start({}, ao);
+  const Reply r = post("/v1/chat/completions",
+                       {{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"max_tokens", 4}, {"temperature", 0}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json j = json::parse(r.body);
+  EXPECT_EQ(j["object"], "chat.completion");
+  EXPECT_EQ(j["choices"][0]["message"]["role"], "assistant");
+  EXPECT_EQ(j["usage"]["prompt_tokens"], static_cast<int>(std::string("user: hi\nassistant:").size()));
+  // The same text as the completion of the rendered prompt (with the template's stop string).
+  const Reply c =
+      post("/v1/completions",
+           {{"prompt", "user: hi\nassistant:"}, {"max_tokens", 4}, {"temperature", 0}, {"stop", "\nuser:"}});
+  EXPECT_EQ(json::parse(c.body)["choices"][0]["text"], j["choices"][0]["message"]["content"]);
+}
+
+}  // namespace
+}  // namespace tformer
