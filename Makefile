@@ -4,7 +4,7 @@ SAN_BUILD ?= build-sanitize
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure build build-tformer test test-sanitize test-interop build-portable test-portable test-portable-kernels demo bench lint ci-full clean
+.PHONY: all deps configure build build-tformer test test-sanitize test-tsan test-interop build-portable test-portable test-portable-kernels demo bench lint ci-full clean
 
 all: build
 
@@ -36,6 +36,7 @@ test-interop: build-tformer
 	@bash scripts/install-deps.sh --interop
 	@bash scripts/install-interop.sh
 	@node tools/interop/llama_cpp_check.mjs --tformer $(BUILD)/tformer
+	@node tools/interop/serve_openai.mjs --tformer $(BUILD)/tformer
 	@/usr/bin/python3 tools/reference/gen_sentencepiece_fixtures.py --check $(BUILD)/tformer
 
 # The same tests built with AddressSanitizer and UndefinedBehaviorSanitizer.
@@ -43,6 +44,16 @@ test-sanitize: deps
 	@cmake -S . -B $(SAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTFORMER_SANITIZE=ON -DTFORMER_BUILD_BENCH=OFF $(CMAKE_FLAGS) > /dev/null
 	@cmake --build $(SAN_BUILD) -j $(JOBS)
 	@cd $(SAN_BUILD) && OMP_WAIT_POLICY=passive ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j $(JOBS)
+
+# The server's tests (tests/test_serve_*.cpp) under ThreadSanitizer. Debian's libgomp and OpenBLAS
+# are not instrumented, so the inference runs single-threaded here (OMP_NUM_THREADS=1: no OpenMP
+# thread is ever started); the server's own threads (HTTP connections, the inference loop, the
+# streams between them) are all checked.
+TSAN_BUILD ?= build-tsan
+test-tsan: deps
+	@cmake -S . -B $(TSAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTFORMER_TSAN=ON -DTFORMER_BUILD_BENCH=OFF $(CMAKE_FLAGS) > /dev/null
+	@cmake --build $(TSAN_BUILD) -j $(JOBS) --target test_serve_engine test_serve_http
+	@cd $(TSAN_BUILD) && OMP_NUM_THREADS=1 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 ctest --output-on-failure -j $(JOBS) -L serve
 
 # The library, CLI, benchmarks and tests for a portable x86-64-v2 target (no -march=native, so
 # no AVX-512: every kernel takes its portable path): proves the code does not depend on this
@@ -82,4 +93,4 @@ ci-full: lint test-sanitize test-portable
 	@bash .ci/run
 
 clean:
-	rm -rf $(BUILD) $(SAN_BUILD) build-portable
+	rm -rf $(BUILD) $(SAN_BUILD) $(TSAN_BUILD) build-portable

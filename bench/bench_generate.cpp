@@ -6,6 +6,7 @@
 //
 //   build/bench/bench_generate [--shape 15M|110M|all] [--reps 3]
 //   build/bench/bench_generate --gqa [--long 32768] [--reps 3]
+//   build/bench/bench_generate --serve-anchor FILE [--batch 16] [--prompt 32] [--threads 2]
 //
 // --gqa: decode tokens/s at batch 1 on the 110M shape with 12 (MHA), 4, 2 and 1 key/value heads
 // (docs/gqa.md), after 128 and after --long cached tokens, against the bandwidth bound of each:
@@ -25,7 +26,9 @@
 #include "bench_util.h"
 #include "core/threads.h"
 #include "generate/sampler.h"
+#include "kernels/linear.h"
 #include "kernels/matmul.h"
+#include "model/checkpoint.h"
 #include "model/model.h"
 
 namespace tformer {
@@ -178,6 +181,51 @@ void run_gqa_context(const BenchShape& sh, int reps, double bandwidth, int64_t l
   }
 }
 
+// --serve-anchor FILE: the figures bench/serve.sh sets the server's beside, on the model file it
+// serves: decode tokens/s of `batch` sequences (one token each per step, after a `prompt`-token
+// prompt each), with the tiled products and with the row-independent ones the server's decode
+// uses (kernels/linear.h), and the prefill time of one `prompt`-token prompt (the time to first
+// token `tformer generate` has). One JSON line.
+void run_serve_anchor(const std::string& file, int64_t batch, int64_t prompt, int64_t steps, int reps) {
+  LoadedModel lm = load_model(file);
+  Model& m = *lm.model;
+  const int64_t V = m.config().vocab_size;
+  std::vector<TokenId> ids(static_cast<size_t>(batch * prompt));
+  for (int64_t i = 0; i < batch * prompt; ++i) ids[static_cast<size_t>(i)] = static_cast<TokenId>((i * 7919) % V);
+  std::vector<float> logits(static_cast<size_t>(batch * V));
+  auto decode = [&](bool row_independent) {
+    std::vector<double> rates;
+    for (int r = 0; r < reps; ++r) {
+      KVCache cache = m.make_cache(batch, prompt + steps);
+      m.forward_cached(logits.data(), ids.data(), batch, prompt, nullptr, cache, false);
+      std::vector<TokenId> next(static_cast<size_t>(batch), 1);
+      const RowIndependentProducts scope(row_independent);
+      const auto t0 = clock_type::now();
+      for (int64_t s = 0; s < steps; ++s) m.forward_cached(logits.data(), next.data(), batch, 1, nullptr, cache, false);
+      rates.push_back(static_cast<double>(batch * steps) / seconds_since(t0));
+    }
+    return median(rates);
+  };
+  std::vector<double> prefill;
+  for (int r = 0; r < reps; ++r) {
+    KVCache cache = m.make_cache(1, prompt);
+    const auto t0 = clock_type::now();
+    m.forward_cached(logits.data(), ids.data(), 1, prompt, nullptr, cache, false);
+    prefill.push_back(seconds_since(t0));
+  }
+  const double tiled = decode(false), invariant = decode(true), one = [&] {
+    const int64_t keep = batch;
+    batch = 1;
+    const double r = decode(true);
+    batch = keep;
+    return r;
+  }();
+  fmt::print(
+      "{{\"file\": \"{}\", \"batch\": {}, \"decode_tiled\": {:.2f}, \"decode_row_independent\": {:.2f}, "
+      "\"decode_batch1\": {:.2f}, \"prefill_seconds\": {:.5f}, \"prompt\": {}}}\n",
+      file, batch, tiled, invariant, one, median(prefill), prompt);
+}
+
 }  // namespace
 }  // namespace tformer
 
@@ -187,6 +235,9 @@ int main(int argc, char** argv) {
   int reps = 3;
   bool gqa = false;
   int64_t long_context = 32768;
+  std::string serve_file;
+  int64_t batch = 16, prompt = 32;
+  int threads = 2;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--gqa") == 0)
       gqa = true;
@@ -196,6 +247,19 @@ int main(int argc, char** argv) {
       reps = std::max(1, std::atoi(argv[++i]));
     else if (i + 1 < argc && std::strcmp(argv[i], "--long") == 0)
       long_context = std::max(256, std::atoi(argv[++i]));
+    else if (i + 1 < argc && std::strcmp(argv[i], "--serve-anchor") == 0)
+      serve_file = argv[++i];
+    else if (i + 1 < argc && std::strcmp(argv[i], "--batch") == 0)
+      batch = std::max(1, std::atoi(argv[++i]));
+    else if (i + 1 < argc && std::strcmp(argv[i], "--prompt") == 0)
+      prompt = std::max(1, std::atoi(argv[++i]));
+    else if (i + 1 < argc && std::strcmp(argv[i], "--threads") == 0)
+      threads = std::atoi(argv[++i]);
+  }
+  if (!serve_file.empty()) {
+    set_num_threads(threads);
+    run_serve_anchor(serve_file, batch, prompt, 64, reps);
+    return 0;
   }
   set_num_threads(2);
   const double bw = read_bandwidth_gbs(reps);

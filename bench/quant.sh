@@ -21,7 +21,7 @@ root="$here/.."
 build="${1:-build}"
 T="$build/tformer"
 B="$build/bench/bench_quant"
-[[ -x "$T" && -x "$B" ]] || { echo "quant.sh: build first (make build): $T, $B" >&2; exit 1; }
+[[ -x "$T" && ( -x "$B" || -n "${FILES_ONLY:-}" ) ]] || { echo "quant.sh: build first (make build): $T, $B" >&2; exit 1; }
 corpus="$root/../shared/data/mix.txt"
 [[ -f "$corpus" ]] || { echo "quant.sh: needs $corpus for the 32,000-token vocabulary" >&2; exit 1; }
 out="$root/build-data/quant-bench"
@@ -51,6 +51,9 @@ for s in $shapes; do
     fi
   done
 done
+
+# FILES_ONLY=1: make the files and stop (bench/serve.sh serves them).
+[[ -n "${FILES_ONLY:-}" ]] && exit 0
 
 results="$out/results.jsonl"
 : > "$results"

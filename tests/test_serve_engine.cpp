@@ -9,6 +9,7 @@
 #include <cstring>
 #include <thread>
 
+#include "core/utf8.h"
 #include "generate/generator.h"
 #include "kernels/linear.h"
 #include "model/checkpoint.h"
@@ -245,6 +246,39 @@ TEST_F(ServeEngineTest, StopStringsCutTheTextAndNothingTheyCutIsStreamed) {
   const Result none = drain(*engine.submit(job_of(tok_, "x", 0, 1)));
   EXPECT_EQ(none.finish, "length");
   EXPECT_EQ(none.text, "");
+}
+
+// The byte vocabulary at temperature 1.5 samples bytes above 0x7F often, so that well-formed
+// multi-byte characters turn up: no event boundary falls inside one (stray bytes that start no
+// character are passed on as they come).
+TEST_F(ServeEngineTest, StreamedTextIsNeverCutInsideAUtf8Character) {
+  EngineOptions o;
+  o.parallel = 4;
+  Engine engine(*model_, tok_, o);
+  int64_t characters = 0;
+  for (uint64_t seed = 0; seed < 8; ++seed) {
+    CompletionJob j = job_of(tok_, "\xc3\xa9t\xc3\xa9", 80, seed, 1.5);
+    j.sampler.top_p = 1;
+    const Result r = drain(*engine.submit(j));
+    // Where each well-formed multi-byte character starts and ends.
+    std::vector<int> inside(r.text.size() + 1, 0);  // 1 at a byte position strictly inside one
+    for (size_t i = 0; i < r.text.size();) {
+      const int len = utf8_char_length(std::string_view(r.text).substr(i));  // core/utf8.h
+      if (len <= 1) {  // ASCII, a stray byte, or an unfinished character at the very end
+        ++i;
+        continue;
+      }
+      ++characters;
+      for (int k = 1; k < len; ++k) inside[i + static_cast<size_t>(k)] = 1;
+      i += static_cast<size_t>(len);
+    }
+    size_t at = 0;
+    for (const auto& piece : r.pieces) {
+      at += piece.size();
+      EXPECT_EQ(inside[at], 0) << "seed " << seed << ": an event ends inside a character at byte " << at;
+    }
+  }
+  EXPECT_GE(characters, 5);  // the check saw characters to cut
 }
 
 TEST_F(ServeEngineTest, LimitsCancellationAndShutdown) {

@@ -58,6 +58,17 @@ std::string read_all(int fd, int timeout_ms = 20000) {
   return out;
 }
 
+// Reads until the first server-sent event has begun (a stream is under way).
+void read_first_event(int fd) {
+  std::string got;
+  char buf[256];
+  while (got.find("data: ") == std::string::npos) {
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) break;
+    got.append(buf, static_cast<size_t>(n));
+  }
+}
+
 int status_of(const std::string& response) {
   if (response.rfind("HTTP/1.1 ", 0) != 0) return -1;
   return std::stoi(response.substr(9, 3));
@@ -311,13 +322,7 @@ TEST_F(ServeHttpTest, DisconnectAtEveryStageCancelsAndTheServerKeepsServing) {
     const int fd = connect_to(server_->port());
     const std::string body = json{{"prompt", "abc"}, {"max_tokens", 60}, {"stream", true}}.dump();
     send_all(fd, fmt::format("POST /v1/completions HTTP/1.1\r\nContent-Length: {}\r\n\r\n{}", body.size(), body));
-    std::string got;
-    char buf[256];
-    while (got.find("data: ") == std::string::npos) {
-      const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-      if (n <= 0) break;
-      got.append(buf, static_cast<size_t>(n));
-    }
+    read_first_event(fd);
     ::close(fd);
     wait_for_cancelled(1);
   }
@@ -359,13 +364,7 @@ TEST_F(ServeHttpTest, KeysQueueAndConnectionLimits) {
   const int fd = connect_to(server_->port());
   const std::string body = json{{"prompt", "abc"}, {"max_tokens", 60}, {"stream", true}}.dump();
   send_all(fd, fmt::format("POST /v1/completions HTTP/1.1\r\n{}Content-Length: {}\r\n\r\n{}", key, body.size(), body));
-  std::string got;
-  char buf[256];
-  while (got.find("data: ") == std::string::npos) {
-    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-    if (n <= 0) break;
-    got.append(buf, static_cast<size_t>(n));
-  }
+  read_first_event(fd);
   EXPECT_TRUE(is_error(post("/v1/completions", {{"prompt", "x"}, {"max_tokens", 2}}, key), 503, {"busy"}));
   // Connections: the stream holds one; two more idle ones fill the limit of 3; a fourth gets 503.
   const int idle1 = connect_to(server_->port()), idle2 = connect_to(server_->port());

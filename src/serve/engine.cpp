@@ -138,25 +138,22 @@ EngineMetrics Engine::metrics() const {
 }
 
 void Engine::finish(Sequence& s, const std::string& reason) {
-  if (reason == "stop" || reason == "length") {
-    Stream::Event e;
-    e.kind = Stream::Event::Kind::Done;
-    e.finish_reason = reason;
-    s.out->push(std::move(e));
-  } else {
-    Stream::Event e;
-    e.kind = Stream::Event::Kind::Error;
-    e.finish_reason = reason;
-    s.out->push(std::move(e));
+  const bool done = reason == "stop" || reason == "length";
+  {
+    // Counted before the stream hears of it: a client that has its answer sees it in /metrics.
+    std::lock_guard lock(mu_);
+    --metrics_.active;
+    if (done)
+      ++metrics_.finished;
+    else if (s.out->cancelled())
+      ++metrics_.cancelled;
+    else
+      ++metrics_.failed;
   }
-  std::lock_guard lock(mu_);
-  --metrics_.active;
-  if (reason == "stop" || reason == "length")
-    ++metrics_.finished;
-  else if (s.out->cancelled())
-    ++metrics_.cancelled;
-  else
-    ++metrics_.failed;
+  Stream::Event e;
+  e.kind = done ? Stream::Event::Kind::Done : Stream::Event::Kind::Error;
+  e.finish_reason = reason;
+  s.out->push(std::move(e));
 }
 
 void Engine::admit() {

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# tformer serve under load (issue "tformer serve"): the stories15M and stories110M shapes (random
+# weights, F32 GGUF files made by bench/quant.sh with FILES_ONLY=1), served with --parallel 16 and
+# driven by 1, 4 and 16 concurrent streaming clients (bench/serve_load.mjs: aggregate tokens/s,
+# time to first token p50 and p99), beside the engine's own figures on the same file from
+# bench_generate --serve-anchor in the same run: batched decode of 16 sequences (tiled products,
+# and the row-independent ones the server decodes with), decode at batch 1, and the prefill of one
+# prompt (the time to first token of `tformer generate`).
+#
+#   bash bench/serve.sh [BUILD]                 # BUILD defaults to build
+#   SHAPES=15M REQUESTS=8 bash bench/serve.sh   # REQUESTS: per client and level (default 4)
+#
+# Goals: at 16 clients at least 6x the single client's tokens/s and at least 90% of the engine's
+# raw batched throughput (row-independent, as the server runs it); at 1 client, time to first
+# token within 10% of the prefill time.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$here/.."
+build="${1:-build}"
+T="$build/tformer"
+B="$build/bench/bench_generate"
+[[ -x "$T" && -x "$B" ]] || { echo "serve.sh: build first (make build): $T, $B" >&2; exit 1; }
+shapes="${SHAPES:-15M 110M}"
+requests="${REQUESTS:-4}"
+FILES_ONLY=1 SHAPES="$shapes" TYPES=f32 bash "$here/quant.sh" "$build"
+for s in $shapes; do
+  f="$root/build-data/quant-bench/stories$s-f32.gguf"
+  echo "== stories$s: bench_generate --serve-anchor, then 1, 4, 16 clients" >&2
+  anchor="$("$B" --serve-anchor "$f" --batch 16 --prompt 32 --reps 3 --threads 2)"
+  load="$(node "$here/serve_load.mjs" --tformer "$T" --model "$f" --clients 1,4,16 --requests "$requests" \
+    --prompt 32 --max-tokens 64 --parallel 16 --threads 2)"
+  python3 - "$s" "$anchor" "$load" << 'PY'
+import json, sys
+shape, anchor, load = sys.argv[1], json.loads(sys.argv[2]), [json.loads(l) for l in sys.argv[3].splitlines()]
+by = {l["clients"]: l for l in load}
+print(f"stories{shape} (F32): engine decode b=16 {anchor['decode_tiled']:.1f} tok/s tiled, "
+      f"{anchor['decode_row_independent']:.1f} row-independent (x{anchor['decode_row_independent'] / anchor['decode_tiled']:.2f}), "
+      f"b=1 {anchor['decode_batch1']:.1f}; prefill of 32 tokens {1000 * anchor['prefill_seconds']:.1f} ms")
+print("| clients | tokens/s | x 1 client | of engine b=16 | TTFT p50 ms | TTFT p99 ms |")
+print("|---:|---:|---:|---:|---:|---:|")
+for c in sorted(by):
+    l = by[c]
+    print(f"| {c} | {l['tokens_per_s']:.1f} | x{l['tokens_per_s'] / by[min(by)]['tokens_per_s']:.2f} | "
+          f"{100 * l['tokens_per_s'] / anchor['decode_row_independent']:.0f}% | {1000 * l['ttft_p50']:.1f} | {1000 * l['ttft_p99']:.1f} |")
+one = by[min(by)]
+print(f"goals: 16 clients x{by[max(by)]['tokens_per_s'] / one['tokens_per_s']:.2f} of 1 (>= 6); "
+      f"{100 * by[max(by)]['tokens_per_s'] / anchor['decode_row_independent']:.0f}% of the engine (>= 90%); "
+      f"TTFT at 1 client {1000 * one['ttft_p50']:.1f} ms vs prefill {1000 * anchor['prefill_seconds']:.1f} ms "
+      f"(x{one['ttft_p50'] / anchor['prefill_seconds']:.2f}, <= 1.10)")
+PY
+done

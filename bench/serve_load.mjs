@@ -1,0 +1,93 @@
+// The load half of bench/serve.sh: `tformer serve` on one model file, driven by C concurrent
+// clients (C in --clients, default 1,4,16), each sending streamed completions back to back
+// (prompts of --prompt tokens, --max-tokens tokens each, random seeds). Per level: aggregate
+// completion tokens/s over the level's wall time, and time to first token (first streamed text)
+// p50 and p99 seen by the clients. One JSON line per level.
+//
+//   node bench/serve_load.mjs --tformer build/tformer --model FILE [--clients 1,4,16]
+//        [--requests 4] [--prompt 32] [--max-tokens 64] [--parallel 16] [--threads 2]
+//
+// Plain fetch() and server-sent events, no client library, so that the client costs little.
+import {spawn} from "node:child_process";
+
+const args = process.argv.slice(2);
+const flag = (name, fallback) => {
+  const i = args.indexOf(name);
+  return i >= 0 ? args[i + 1] : fallback;
+};
+const tformer = flag("--tformer", "build/tformer");
+const model = flag("--model", "");
+const levels = flag("--clients", "1,4,16").split(",").map(Number);
+const perClient = Number(flag("--requests", "4"));
+const promptTokens = Number(flag("--prompt", "32"));
+const maxTokens = Number(flag("--max-tokens", "64"));
+const parallel = flag("--parallel", "16");
+const threads = flag("--threads", "2");
+if (!model) throw new Error("serve_load.mjs: --model FILE");
+
+const child = spawn(tformer, ["serve", "--model", model, "--port", "0", "--parallel", parallel, "--threads", threads,
+                              "--context", String(promptTokens + maxTokens + 8)],
+                    {stdio: ["ignore", "pipe", "inherit"]});
+const base = await new Promise((resolve, reject) => {
+  let out = "";
+  child.stdout.on("data", (d) => {
+    out += d;
+    const m = out.match(/on (http:\/\/[^ ]+) /);
+    if (m) resolve(m[1]);
+  });
+  child.on("exit", (code) => reject(new Error(`serve exited ${code}`)));
+});
+
+// A prompt of exactly promptTokens ids (token ids, so that every tokenizer gives the same length).
+const promptIds = (seed) => Array.from({length: promptTokens}, (_, i) => (seed * 7919 + i * 31) % 1000 + 100);
+
+async function one(seed) {
+  const t0 = performance.now();
+  const res = await fetch(`${base}/v1/completions`, {
+    method: "POST",
+    headers: {"Content-Type": "application/json"},
+    body: JSON.stringify({prompt: promptIds(seed), max_tokens: maxTokens, seed, temperature: 1.0, stream: true,
+                          stream_options: {include_usage: true}}),
+  });
+  if (!res.ok) throw new Error(`status ${res.status}: ${await res.text()}`);
+  let first = -1, tokens = 0, buf = "";
+  const decoder = new TextDecoder();
+  for await (const chunk of res.body) {
+    buf += decoder.decode(chunk, {stream: true});
+    let at;
+    while ((at = buf.indexOf("\n\n")) >= 0) {
+      const event = buf.slice(0, at);
+      buf = buf.slice(at + 2);
+      if (!event.startsWith("data: ") || event === "data: [DONE]") continue;
+      const j = JSON.parse(event.slice(6));
+      if (j.usage) tokens = j.usage.completion_tokens;
+      if (first < 0 && j.choices?.[0]?.text) first = performance.now() - t0;
+    }
+  }
+  return {ttft: first / 1000, tokens};
+}
+
+const quantile = (v, q) => {
+  const s = [...v].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.floor(q * s.length))];
+};
+
+await one(1);  // warm-up
+let seed = 10;
+for (const c of levels) {
+  const ttfts = [];
+  let tokens = 0;
+  const t0 = performance.now();
+  await Promise.all(Array.from({length: c}, async () => {
+    for (let r = 0; r < perClient; r++) {
+      const x = await one(seed++);
+      ttfts.push(x.ttft);
+      tokens += x.tokens;
+    }
+  }));
+  const wall = (performance.now() - t0) / 1000;
+  console.log(JSON.stringify({clients: c, requests: c * perClient, tokens, seconds: wall, tokens_per_s: tokens / wall,
+                              ttft_p50: quantile(ttfts, 0.5), ttft_p99: quantile(ttfts, 0.99)}));
+}
+child.kill("SIGTERM");
+await new Promise((resolve) => child.on("exit", resolve));
