@@ -112,11 +112,18 @@ struct Result {
   std::vector<serve::TokenLogprob> logprobs;
   std::vector<std::string> pieces;
 };
-Result drain(Stream& s) {
+// What a stream delivers until its end, after the events `seen` already taken from it. A stream
+// that sends nothing for 30 s fails the test instead of hanging it.
+Result drain(Stream& s, std::vector<Stream::Event> seen = {}) {
   Result r;
   for (;;) {
-    std::vector<Stream::Event> ev;
-    s.wait(ev, 1000);
+    std::vector<Stream::Event> ev = std::move(seen);
+    seen.clear();
+    if (ev.empty() && !s.wait(ev, 30000)) {
+      ADD_FAILURE() << "no event for 30 s";
+      r.error = "timeout";
+      return r;
+    }
     for (auto& e : ev) {
       if (e.kind == Stream::Event::Kind::Text) {
         r.text += e.text;
@@ -221,6 +228,43 @@ TEST_F(ServeEngineTest, SameTokensAndLogprobsAloneOrBesideFifteenOthers) {
   EXPECT_EQ(m.ttft.count, 20u);
 }
 
+// n samples share one prefill (the others get copies of the first one's cache slots): each equals
+// the request alone with its seed (seed + i), to the last bit of its log-probabilities; and when
+// the first sample's client goes away during the prefill, the others still finish, the same.
+TEST_F(ServeEngineTest, SamplesShareOnePrefillAndEachEqualsItsOwnRun) {
+  EngineOptions o;
+  o.parallel = 4;
+  o.prefill_chunk = 5;
+  o.step_delay_ms = 2;
+  Engine engine(*model_, tok_, o);
+  auto job = [&](uint64_t seed) {
+    CompletionJob j = job_of(tok_, "Samples of one prompt, prefilled once", 20, seed);
+    j.top_logprobs = 1;
+    return j;
+  };
+  std::vector<Result> solo;
+  for (uint64_t i = 0; i < 3; ++i) solo.push_back(drain(*engine.submit(job(40 + i))));
+  EXPECT_NE(solo[0].text, solo[1].text);  // different seeds, different samples
+  auto outs = engine.submit_samples(job(40), 3);
+  ASSERT_EQ(outs.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    const Result r = drain(*outs[i]);
+    EXPECT_EQ(r.text, solo[i].text) << "sample " << i;
+    ASSERT_EQ(r.logprobs.size(), solo[i].logprobs.size());
+    for (size_t t = 0; t < r.logprobs.size(); ++t) EXPECT_EQ(r.logprobs[t].logprob, solo[i].logprobs[t].logprob);
+  }
+  // (A sample cancelled while queued gets no event: its client has gone.)
+  auto again = engine.submit_samples(job(40), 3);
+  again[0]->cancel();
+  for (size_t i = 1; i < 3; ++i) EXPECT_EQ(drain(*again[i]).text, solo[i].text) << "sample " << i;
+  // Let the first sample leave in the middle of the shared prefill this time.
+  auto mid = engine.submit_samples(job(40), 3);
+  std::this_thread::sleep_for(std::chrono::milliseconds(6));
+  mid[0]->cancel();
+  for (size_t i = 1; i < 3; ++i) EXPECT_EQ(drain(*mid[i]).text, solo[i].text) << "sample " << i;
+  EXPECT_ERROR(engine.submit_samples(job(1), 5), ErrorKind::BadInput, "n", "at most 4");
+}
+
 TEST_F(ServeEngineTest, StopStringsCutTheTextAndNothingTheyCutIsStreamed) {
   EngineOptions o;
   o.parallel = 2;
@@ -286,6 +330,7 @@ TEST_F(ServeEngineTest, LimitsCancellationAndShutdown) {
   o.parallel = 1;
   o.max_queue = 1;
   o.context = 64;
+  o.step_delay_ms = 5;  // 60 tokens take 300 ms: the cancellation and the shutdown come mid-stream
   auto engine = std::make_unique<Engine>(*model_, tok_, o);
   // A job that cannot fit its slot is refused, naming both numbers.
   EXPECT_ERROR(engine->submit(job_of(tok_, "0123456789", 60, 1)), ErrorKind::BadInput, "max_tokens", "70", "64 tokens");
@@ -295,7 +340,7 @@ TEST_F(ServeEngineTest, LimitsCancellationAndShutdown) {
   // One running (its first text has come), one queued, the third refused: the queue holds one.
   auto running = engine->submit(job_of(tok_, "run", 60, 2));
   std::vector<Stream::Event> first;
-  while (!running->wait(first, 1000)) {}
+  ASSERT_TRUE(running->wait(first, 30000));
   auto queued = engine->submit(job_of(tok_, "wait", 10, 3));
   ASSERT_TRUE(queued);
   EXPECT_FALSE(engine->submit(job_of(tok_, "no room", 10, 4)));
@@ -304,7 +349,7 @@ TEST_F(ServeEngineTest, LimitsCancellationAndShutdown) {
   // within a step: its stream ends with an error.
   queued->cancel();
   running->cancel();
-  const Result r = drain(*running);
+  const Result r = drain(*running, std::move(first));
   EXPECT_NE(r.error.find("cancelled"), std::string::npos);
   EXPECT_LT(running->completion_tokens, 60);
   for (int i = 0; i < 100 && engine->metrics().cancelled < 2; ++i)
@@ -316,10 +361,10 @@ TEST_F(ServeEngineTest, LimitsCancellationAndShutdown) {
   // Shutdown ends the running and the queued with an error event.
   auto a = engine->submit(job_of(tok_, "long", 60, 7));
   std::vector<Stream::Event> started;
-  while (!a->wait(started, 1000)) {}
+  ASSERT_TRUE(a->wait(started, 30000));
   auto b = engine->submit(job_of(tok_, "queued", 5, 8));
   engine->stop();
-  EXPECT_NE(drain(*a).error.find("shutting down"), std::string::npos);
+  EXPECT_NE(drain(*a, std::move(started)).error.find("shutting down"), std::string::npos);
   ASSERT_TRUE(b);
   EXPECT_NE(drain(*b).error.find("shutting down"), std::string::npos);
   EXPECT_FALSE(engine->submit(job_of(tok_, "late", 5, 9)));

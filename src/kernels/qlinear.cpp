@@ -444,6 +444,8 @@ void block_tile_vnni(float* y, int64_t ldy, const Weight<float>& W, int64_t o0, 
     ahead.at(b);
     __m256i wv[4], neg[4];
     __m128i h = _mm_setzero_si128();
+    // Unrolled whatever the optimisation level: _mm_insert_epi16 needs a constant lane.
+#pragma GCC unroll 4
     for (int i = 0; i < 4; ++i) {
       if constexpr (kQ4) {
         const Q4Block blk = q4_block(w[i], b, nb, kR8Layout);

@@ -1,5 +1,6 @@
 #include "model/kv_cache.h"
 
+#include <algorithm>
 #include <numeric>
 
 #include "core/error.h"
@@ -30,6 +31,25 @@ template <typename T>
 void BasicKVCache<T>::clear(int64_t b) {
   TF_CHECK(b >= 0 && b < batch_, "KV cache: sequence {} of {}", b, batch_);
   length_[static_cast<size_t>(b)] = 0;
+}
+
+template <typename T>
+void BasicKVCache<T>::copy_sequence(int64_t from, int64_t to) {
+  TF_CHECK(from >= 0 && from < batch_ && to >= 0 && to < batch_, "KV cache: sequences {} and {} of {}", from, to,
+           batch_);
+  if (from == to) return;
+  const auto n = static_cast<size_t>(length_[static_cast<size_t>(from)] * head_dim_);
+  for (int64_t l = 0; l < n_layers_; ++l)
+    for (int64_t h = 0; h < n_kv_heads_; ++h) {
+      const auto at = [&](int64_t b) {
+        return static_cast<size_t>(((l * batch_ + b) * n_kv_heads_ + h) * capacity_ * head_dim_);
+      };
+      std::copy_n(k_.begin() + static_cast<std::ptrdiff_t>(at(from)), n,
+                  k_.begin() + static_cast<std::ptrdiff_t>(at(to)));
+      std::copy_n(v_.begin() + static_cast<std::ptrdiff_t>(at(from)), n,
+                  v_.begin() + static_cast<std::ptrdiff_t>(at(to)));
+    }
+  length_[static_cast<size_t>(to)] = length_[static_cast<size_t>(from)];
 }
 
 template <typename T>

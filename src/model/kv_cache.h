@@ -36,6 +36,9 @@ class BasicKVCache {
   void reset();
   // Forgets sequence b's tokens only (a server's slot, freed for the next request).
   void clear(int64_t b);
+  // Sequence `to` becomes a copy of sequence `from`: its filled slots, every layer, and its length
+  // (a server's n samples of one prompt share its prefill).
+  void copy_sequence(int64_t from, int64_t to);
 
   // Keys / values of one layer, as a [batch, capacity, kv_heads, head_dim] view over the
   // [batch][kv_heads][capacity][head_dim] storage.

@@ -432,18 +432,10 @@ void Api::completions(const HttpRequest& req, HttpResponse& res, bool chat) {
     include_usage = bool_field(*so, "include_usage", false);
   }
 
-  // n samples: seeds seed, seed + 1, ... (each an independent sample of the same prompt).
-  std::vector<std::shared_ptr<Stream>> streams;
-  for (int64_t i = 0; i < n; ++i) {
-    CompletionJob j = job;
-    j.sampler.seed = job.sampler.seed + static_cast<uint64_t>(i);
-    auto s = engine_.submit(std::move(j));
-    if (!s) {
-      for (auto& o : streams) o->cancel();
-      throw ApiError{503, "the server is busy: the request queue is full; try again later", "server_busy"};
-    }
-    streams.push_back(std::move(s));
-  }
+  // n samples: seeds seed, seed + 1, ... (independent samples of the prompt, sharing its prefill).
+  std::vector<std::shared_ptr<Stream>> streams = engine_.submit_samples(job, n);
+  if (streams.empty())
+    throw ApiError{503, "the server is busy: the request queue is full; try again later", "server_busy"};
   const std::string id = fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", next_id_++);
   const int64_t created = now_unix();
   const char* object = chat ? (stream ? "chat.completion.chunk" : "chat.completion") : "text_completion";

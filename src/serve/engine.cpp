@@ -52,6 +52,12 @@ struct Engine::Sequence {
   size_t sent = 0;   // bytes of text already streamed
   size_t longest_stop = 0;
   int64_t generated = 0;
+  // Samples of one prompt: a follower waits (leader_slot >= 0) for the leader's prefill, then takes
+  // copies of its cache slots and logits. leader_order tells a follower from a later occupant of
+  // the same slot.
+  int64_t leader_slot = -1;
+  uint64_t leader_order = 0;
+  std::vector<int64_t> follower_slots;
   std::vector<TokenLogprob> pending_logprobs;  // tokens whose text has not been streamed yet
   Clock::time_point start, last_token;
 
@@ -93,6 +99,11 @@ Engine::~Engine() {
 }
 
 std::shared_ptr<Stream> Engine::submit(CompletionJob job) {
+  auto outs = submit_samples(std::move(job), 1);
+  return outs.empty() ? nullptr : outs[0];
+}
+
+std::vector<std::shared_ptr<Stream>> Engine::submit_samples(CompletionJob job, int64_t n) {
   const int64_t P = static_cast<int64_t>(job.prompt.size());
   if (P == 0) fail_input("prompt", "the prompt is empty: generation needs at least one token to condition on");
   if (job.max_tokens < 0) fail_input("max_tokens", "max_tokens must be >= 0, got {}", job.max_tokens);
@@ -100,28 +111,36 @@ std::shared_ptr<Stream> Engine::submit(CompletionJob job) {
     fail_input("max_tokens",
                "the prompt has {} tokens and max_tokens is {}: {} is more than the context of {} tokens per sequence",
                P, job.max_tokens, P + job.max_tokens, options_.context);
+  if (n < 1 || n > options_.parallel)
+    fail_input("n", "n is {}: the server runs at most {} sequences at once (--parallel)", n, options_.parallel);
   const int64_t V = model_.config().vocab_size;
   for (int64_t i = 0; i < P; ++i)
     if (job.prompt[i] < 0 || job.prompt[i] >= V)
       fail_input("prompt", "prompt token {} is id {}, outside the vocabulary of {}", i, job.prompt[i], V);
   job.sampler.validate();
-  auto out = std::make_shared<Stream>();
-  out->prompt_tokens = P;
+  std::vector<std::shared_ptr<Stream>> outs;
+  for (int64_t i = 0; i < n; ++i) {
+    outs.push_back(std::make_shared<Stream>());
+    outs.back()->prompt_tokens = P;
+  }
   {
     std::lock_guard lock(mu_);
     // Room: the free slots plus the queue's own length.
     const int64_t room = options_.max_queue + options_.parallel - metrics_.active;
-    if (stopping_ || static_cast<int64_t>(queue_.size()) >= room) {
-      ++metrics_.rejected;
-      return nullptr;
+    if (stopping_ || queued_sequences_ + n > room) {
+      metrics_.rejected += static_cast<uint64_t>(n);
+      return {};
     }
-    ++metrics_.requests;
-    metrics_.prompt_tokens += static_cast<uint64_t>(P);
-    queue_.emplace_back(std::move(job), out);
-    metrics_.queued = static_cast<int64_t>(queue_.size());
+    metrics_.requests += static_cast<uint64_t>(n);
+    metrics_.prompt_tokens += static_cast<uint64_t>(P * n);
+    std::vector<uint64_t> seeds;
+    for (int64_t i = 0; i < n; ++i) seeds.push_back(job.sampler.seed + static_cast<uint64_t>(i));
+    queue_.push_back({std::move(job), outs, std::move(seeds)});
+    queued_sequences_ += n;
+    metrics_.queued = queued_sequences_;
   }
   cv_.notify_all();
-  return out;
+  return outs;
 }
 
 void Engine::stop() {
@@ -158,24 +177,67 @@ void Engine::finish(Sequence& s, const std::string& reason) {
 
 void Engine::admit() {
   std::lock_guard lock(mu_);
-  for (size_t i = 0; i < slots_.size() && !queue_.empty(); ++i) {
-    if (slots_[i]) continue;
-    while (!queue_.empty() && queue_.front().second->cancelled()) {  // its client has gone: never runs
+  std::vector<size_t> free;
+  for (size_t i = 0; i < slots_.size(); ++i)
+    if (!slots_[i]) free.push_back(i);
+  while (!queue_.empty()) {
+    Pending& head = queue_.front();
+    // Samples whose client has gone never run.
+    int64_t dropped = 0;
+    for (size_t k = head.outs.size(); k-- > 0;)
+      if (head.outs[k]->cancelled()) {
+        head.outs.erase(head.outs.begin() + static_cast<std::ptrdiff_t>(k));
+        head.seeds.erase(head.seeds.begin() + static_cast<std::ptrdiff_t>(k));
+        ++dropped;
+      }
+    metrics_.cancelled += static_cast<uint64_t>(dropped);
+    queued_sequences_ -= dropped;
+    if (head.outs.empty()) {
       queue_.pop_front();
-      ++metrics_.cancelled;
+      continue;
     }
-    if (queue_.empty()) break;
-    auto [job, out] = std::move(queue_.front());
+    if (head.outs.size() > free.size()) break;  // first come, first served: the head waits
+    Sequence* leader = nullptr;
+    for (size_t k = 0; k < head.outs.size(); ++k) {
+      CompletionJob job = head.job;
+      job.sampler.seed = head.seeds[k];
+      auto s = std::make_unique<Sequence>(std::move(job), head.outs[k], tokenizer_, model_.config().vocab_size);
+      s->slot = static_cast<int64_t>(free[k]);
+      s->order = admitted_++;
+      cache_.clear(s->slot);
+      if (leader) {
+        s->leader_slot = leader->slot;
+        s->leader_order = leader->order;
+        leader->follower_slots.push_back(s->slot);
+      }
+      slots_[free[k]] = std::move(s);
+      if (!leader) leader = slots_[free[k]].get();
+    }
+    free.erase(free.begin(), free.begin() + static_cast<std::ptrdiff_t>(head.outs.size()));
+    queued_sequences_ -= static_cast<int64_t>(head.outs.size());
     queue_.pop_front();
-    auto s = std::make_unique<Sequence>(std::move(job), std::move(out), tokenizer_, model_.config().vocab_size);
-    s->slot = static_cast<int64_t>(i);
-    s->order = admitted_++;
-    cache_.clear(s->slot);
-    slots_[i] = std::move(s);
   }
-  metrics_.queued = static_cast<int64_t>(queue_.size());
+  metrics_.queued = queued_sequences_;
   metrics_.active = 0;
   for (const auto& s : slots_) metrics_.active += s ? 1 : 0;
+}
+
+// The followers of `leader` still waiting for its prefill (their slots hold them).
+std::vector<Engine::Sequence*> Engine::followers(const Sequence& leader) {
+  std::vector<Sequence*> out;
+  for (const int64_t fs : leader.follower_slots) {
+    Sequence* f = slots_[static_cast<size_t>(fs)].get();
+    if (f && f->leader_slot == leader.slot && f->leader_order == leader.order) out.push_back(f);
+  }
+  return out;
+}
+
+void Engine::retire(std::unique_ptr<Sequence>& sp, const std::string& reason) {
+  // A leader that leaves before its prefill is done lets its followers prefill on their own.
+  if (!sp->decoding())
+    for (Sequence* f : followers(*sp)) f->leader_slot = -1;
+  finish(*sp, reason);
+  sp.reset();
 }
 
 void Engine::loop() {
@@ -199,17 +261,20 @@ void Engine::loop() {
     }
   }
   // Shutting down: everything queued or running ends with an error event.
-  std::deque<std::pair<CompletionJob, std::shared_ptr<Stream>>> left;
+  std::deque<Pending> left;
   {
     std::lock_guard lock(mu_);
     left.swap(queue_);
+    metrics_.failed += static_cast<uint64_t>(queued_sequences_);
+    queued_sequences_ = 0;
   }
-  for (auto& [job, out] : left) {
-    Stream::Event e;
-    e.kind = Stream::Event::Kind::Error;
-    e.finish_reason = "the server is shutting down";
-    out->push(std::move(e));
-  }
+  for (auto& p : left)
+    for (auto& out : p.outs) {
+      Stream::Event e;
+      e.kind = Stream::Event::Kind::Error;
+      e.finish_reason = "the server is shutting down";
+      out->push(std::move(e));
+    }
   for (auto& s : slots_)
     if (s) {
       finish(*s, "the server is shutting down");
@@ -270,14 +335,12 @@ void Engine::step() {
     if (!sp) continue;
     Sequence& s = *sp;
     if (s.out->cancelled()) {
-      finish(s, "cancelled: the client has gone");
-      sp.reset();
+      retire(sp, "cancelled: the client has gone");
       continue;
     }
     if (!s.decoding()) continue;
     if (s.job.max_tokens == 0) {
-      finish(s, "length");
-      sp.reset();
+      retire(sp, "length");
       continue;
     }
     float* lg = s.logits.data();
@@ -332,8 +395,7 @@ void Engine::step() {
       s.out->push(std::move(e));
     }
     if (!reason.empty()) {
-      finish(s, reason);
-      sp.reset();
+      retire(sp, reason);
       continue;
     }
     slots.push_back(s.slot);
@@ -353,13 +415,24 @@ void Engine::step() {
   // 3. The next prefill chunk of the oldest sequence still prefilling, alone.
   Sequence* oldest = nullptr;
   for (auto& sp : slots_)
-    if (sp && !sp->decoding() && !sp->out->cancelled() && (!oldest || sp->order < oldest->order)) oldest = sp.get();
+    if (sp && !sp->decoding() && sp->leader_slot < 0 && !sp->out->cancelled() && (!oldest || sp->order < oldest->order))
+      oldest = sp.get();
   if (oldest) {
     Sequence& s = *oldest;
     const int64_t P = static_cast<int64_t>(s.job.prompt.size());
     const int64_t n = std::min(options_.prefill_chunk, P - s.prefilled);
     model_.forward_cached(s.logits.data(), s.job.prompt.data() + s.prefilled, 1, n, nullptr, cache_, false, &s.slot);
     s.prefilled += n;
+    if (s.decoding()) {
+      // The other samples of the prompt: the same cache slots and logits, copied.
+      for (Sequence* f : followers(s)) {
+        cache_.copy_sequence(s.slot, f->slot);
+        f->logits = s.logits;
+        f->prefilled = P;
+        f->leader_slot = -1;
+      }
+      s.follower_slots.clear();
+    }
   }
 }
 

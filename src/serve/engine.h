@@ -121,6 +121,11 @@ class Engine {
   // slots (the caller answers 503). A job whose prompt and
   // max_tokens cannot fit a slot throws Error naming both numbers (checked first).
   std::shared_ptr<Stream> submit(CompletionJob job);
+  // n independent samples of one prompt, with seeds seed, seed + 1, ...: one stream each, or none
+  // when the queue has no room for n. They are admitted together (n free slots) and share one
+  // prefill: the first sequence prefills, the others get copies of its cache slots and logits,
+  // bit-identical to what their own prefill would have made. n > parallel is an Error naming both.
+  std::vector<std::shared_ptr<Stream>> submit_samples(CompletionJob job, int64_t n);
   // Ends the loop: every queued and running request gets an Error event ("the server is shutting
   // down") and the loop thread exits. Idempotent.
   void stop();
@@ -137,6 +142,8 @@ class Engine {
   void step();
   void admit();
   void finish(Sequence& s, const std::string& reason);
+  void retire(std::unique_ptr<Sequence>& slot, const std::string& reason);  // finish and free
+  std::vector<Sequence*> followers(const Sequence& leader);
 
   Model& model_;
   const Tokenizer& tokenizer_;
@@ -148,7 +155,13 @@ class Engine {
 
   mutable std::mutex mu_;  // guards queue_, stopping_, metrics_
   std::condition_variable cv_;
-  std::deque<std::pair<CompletionJob, std::shared_ptr<Stream>>> queue_;
+  struct Pending {
+    CompletionJob job;
+    std::vector<std::shared_ptr<Stream>> outs;  // one per sample
+    std::vector<uint64_t> seeds;                // each sample's, kept when another leaves
+  };
+  std::deque<Pending> queue_;
+  int64_t queued_sequences_ = 0;  // sum of outs.size() over queue_
   bool stopping_ = false;
   EngineMetrics metrics_;
 
