@@ -8,7 +8,7 @@
 //        [--requests 4] [--prompt 32] [--max-tokens 64] [--parallel 16] [--threads 2]
 //
 // Plain fetch() and server-sent events, no client library, so that the client costs little.
-import {spawn} from "node:child_process";
+import {startServer} from "../tools/interop/serve_lib.mjs";
 
 const args = process.argv.slice(2);
 const flag = (name, fallback) => {
@@ -25,18 +25,10 @@ const parallel = flag("--parallel", "16");
 const threads = flag("--threads", "2");
 if (!model) throw new Error("serve_load.mjs: --model FILE");
 
-const child = spawn(tformer, ["serve", "--model", model, "--port", "0", "--parallel", parallel, "--threads", threads,
-                              "--context", String(promptTokens + maxTokens + 8)],
-                    {stdio: ["ignore", "pipe", "inherit"]});
-const base = await new Promise((resolve, reject) => {
-  let out = "";
-  child.stdout.on("data", (d) => {
-    out += d;
-    const m = out.match(/on (http:\/\/[^ ]+) /);
-    if (m) resolve(m[1]);
-  });
-  child.on("exit", (code) => reject(new Error(`serve exited ${code}`)));
-});
+const server = startServer(tformer, ["--model", model, "--port", "0", "--parallel", parallel, "--threads", threads,
+                                    "--context", String(promptTokens + maxTokens + 8)]);
+const child = server.child;
+const base = await server.url;
 
 // A prompt of exactly promptTokens ids (token ids, so that every tokenizer gives the same length).
 const promptIds = (seed) => Array.from({length: promptTokens}, (_, i) => (seed * 7919 + i * 31) % 1000 + 100);
@@ -90,4 +82,4 @@ for (const c of levels) {
                               ttft_p50: quantile(ttfts, 0.5), ttft_p99: quantile(ttfts, 0.99)}));
 }
 child.kill("SIGTERM");
-await new Promise((resolve) => child.on("exit", resolve));
+await server.exited;

@@ -85,6 +85,23 @@ TEST(Sampler, DrawFrequenciesMatchTheDistribution) {
   EXPECT_EQ(counts[3], 0);  // outside the nucleus: never drawn
 }
 
+// The untruncated draw (no top-k, no top-p: walked in id order, no sort) and top-k's follow the
+// distribution too.
+TEST(Sampler, UntruncatedAndTopKDrawsMatchTheDistribution) {
+  const auto l = four_logits();
+  for (const auto& [k, expected] : {std::pair{int64_t{0}, std::vector<double>{0.5, 0.3, 0.15, 0.05}},
+                                    std::pair{int64_t{2}, std::vector<double>{0.5 / 0.8, 0.3 / 0.8, 0, 0}}}) {
+    Sampler s({1.0, k, 1.0, 99});
+    const int n = 40000;
+    std::vector<int> counts(4);
+    for (int i = 0; i < n; ++i) counts[s.sample(l.data(), 4)]++;
+    for (int i = 0; i < 4; ++i) {
+      const double sigma = std::sqrt(expected[i] * (1 - expected[i]) / n);
+      EXPECT_NEAR(counts[i] / double(n), expected[i], 5 * sigma + 1e-12) << "top_k " << k << " token " << i;
+    }
+  }
+}
+
 TEST(Sampler, TopPOverALargeVocabularyEqualsTheFullSort) {
   // The cut-off that avoids sorting the whole vocabulary must not drop a nucleus token. Reference:
   // sort all 32000 probabilities, take the smallest prefix reaching p, renormalise.

@@ -325,6 +325,24 @@ TEST_F(ServeEngineTest, StreamedTextIsNeverCutInsideAUtf8Character) {
   EXPECT_GE(characters, 5);  // the check saw characters to cut
 }
 
+// run_on_caller: the loop runs where the caller runs it (tformer serve: on the thread that loaded
+// the model), until stop(); the results are the same.
+TEST_F(ServeEngineTest, TheLoopCanRunOnTheCallersThread) {
+  EngineOptions o;
+  o.parallel = 2;
+  o.prefill_chunk = 8;
+  Engine own(*model_, tok_, o);
+  const std::string want = drain(*own.submit(job_of(tok_, "On my thread", 30, 21))).text;
+  o.run_on_caller = true;
+  Engine engine(*model_, tok_, o);
+  auto s = engine.submit(job_of(tok_, "On my thread", 30, 21));  // queued before the loop runs
+  std::thread caller([&] { engine.run(); });
+  EXPECT_EQ(drain(*s).text, want);
+  engine.stop();
+  caller.join();                   // run() returns after stop()
+  EXPECT_THROW(own.run(), Error);  // that one's loop has its own thread
+}
+
 TEST_F(ServeEngineTest, LimitsCancellationAndShutdown) {
   EngineOptions o;
   o.parallel = 1;

@@ -67,6 +67,7 @@ void run_serve(const ServeArgs& a) {
   eo.context = a.context;
   eo.prefill_chunk = a.prefill_chunk;
   eo.max_queue = a.queue;
+  eo.run_on_caller = true;  // on this thread, which loaded the model (serve/engine.h says why)
   serve::Engine engine(*lm.model, *lm.tokenizer, eo);
   serve::Api handler(engine, *lm.tokenizer, api);
   serve::HttpLimits limits;
@@ -88,8 +89,13 @@ void run_serve(const ServeArgs& a) {
     engine.stop();
     server.stop();
   });
-  server.run();
-  engine.stop();
+  std::thread http([&] {
+    server.run();
+    engine.stop();  // the server ended on its own (it cannot listen any more)
+  });
+  engine.run();  // until a signal stops it
+  server.stop();
+  http.join();
   ended = true;
   pthread_kill(waiter.native_handle(), SIGINT);
   waiter.join();

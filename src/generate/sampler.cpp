@@ -54,6 +54,7 @@ bool Sampler::candidates(const float* logits, int64_t vocab, bool materialize) {
   candidates_.clear();
   const bool use_k = config_.top_k > 0 && config_.top_k < vocab;
   const bool use_p = config_.top_p < 1.0;
+  if (!use_p && !use_k && !materialize) return true;  // nothing cut: sample() draws from probs_ as they are
   if (use_p && !use_k && vocab > 1) {
     nucleus_by_histogram(vocab);
     if (!materialize) return true;
@@ -166,6 +167,20 @@ TokenId Sampler::sample(const float* logits, int64_t vocab) {
   TF_CHECK(vocab > 0, "sampler: empty vocabulary");
   if (greedy()) return argmax(logits, vocab);
   if (candidates(logits, vocab, /*materialize=*/false)) {
+    if (config_.top_p >= 1.0) {
+      // Nothing cut (no top-k, no top-p): the whole distribution, walked in id order; no sort of
+      // the vocabulary (which cost more than the 15M model's decode step).
+      const double u = rng_.uniform_double();
+      const double* p = probs_.data();
+      double cum = 0;
+      int64_t last = 0;
+      for (int64_t i = 0; i < vocab; ++i) {
+        cum += p[i];
+        if (p[i] > 0) last = i;
+        if (u < cum) return static_cast<TokenId>(i);
+      }
+      return static_cast<TokenId>(last);  // rounding left u just above the total
+    }
     // Top-p alone: draw without building the kept list. Walk the whole buckets in id order
     // (branch-free sums; the exit test is predictable), then the boundary's kept tokens; the
     // same distribution as walking the materialised list, over the same kept set.

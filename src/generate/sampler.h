@@ -44,8 +44,9 @@ class Sampler {
  private:
   // Fills candidates_ with (probability, id) pairs of the kept tokens, most probable first,
   // probabilities renormalised to sum to 1.
-  // materialize = false lets the top-p-only path stop after finding the cut (returns true: sample
-  // then draws from probs_/keys_ and the boundary's kept tokens in candidates_).
+  // materialize = false lets the top-p-only path stop after finding the cut, and the untruncated
+  // one (no top-k, no top-p) after the softmax (returns true: sample then draws from probs_, with
+  // keys_ and the boundary's kept tokens in candidates_ for top-p).
   bool candidates(const float* logits, int64_t vocab, bool materialize = true);
 
   SamplerConfig config_;

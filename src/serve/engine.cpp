@@ -90,7 +90,12 @@ Engine::Engine(Model& model, const Tokenizer& tokenizer, EngineOptions options)
   eot_ = tokenizer.eot_id();
   slots_.resize(static_cast<size_t>(options_.parallel));
   model_.reserve(std::max(options_.parallel, std::min(options_.prefill_chunk, options_.context)), options_.parallel);
-  thread_ = std::thread([this] { loop(); });
+  if (!options_.run_on_caller) thread_ = std::thread([this] { loop(); });
+}
+
+void Engine::run() {
+  TF_CHECK(options_.run_on_caller, "Engine::run: this engine runs its loop on its own thread");
+  loop();
 }
 
 Engine::~Engine() {

@@ -44,6 +44,12 @@ struct EngineOptions {
   int64_t prefill_chunk = 512;  // prompt tokens per prefill step
   int64_t max_queue = 64;       // requests waiting beyond the free slots; more and submit() refuses
   int step_delay_ms = 0;        // a pause after each step: for tests, a model slow enough to watch
+  // false: the constructor starts the loop on a thread of its own. true: the caller runs it
+  // (run()), on the thread that loaded the model. OpenMP keeps a pool of worker threads for each
+  // thread that opens parallel regions, and when the pools together hold more threads than there
+  // are cores it stops spinning between regions and sleeps at once: a loop on a second thread
+  // beside the loading thread's pool decoded at 67% of its speed on 2 cores (bench/serve.sh).
+  bool run_on_caller = false;
 };
 
 // What a completion asks for (already validated by the HTTP layer).
@@ -126,6 +132,8 @@ class Engine {
   // prefill: the first sequence prefills, the others get copies of its cache slots and logits,
   // bit-identical to what their own prefill would have made. n > parallel is an Error naming both.
   std::vector<std::shared_ptr<Stream>> submit_samples(CompletionJob job, int64_t n);
+  // The inference loop, on the calling thread, until stop() (run_on_caller only).
+  void run();
   // Ends the loop: every queued and running request gets an Error event ("the server is shutting
   // down") and the loop thread exits. Idempotent.
   void stop();

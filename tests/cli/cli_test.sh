@@ -177,5 +177,32 @@ TFORMER_TIKTOKEN_DIR="$tmp/none" "$tf" tokenize --tokenizer o200k_base --text x 
 check "a missing tiktoken vocabulary exits 1" test $? -eq 1 -a ! -s "$tmp/out.txt"
 check "... naming the command that fetches it" grep -q "run scripts/fetch-tiktoken-vocab.sh" "$tmp/err.txt"
 
+# tformer serve: ready line with the port, /health and a completion over bash's /dev/tcp, exit 0
+# on SIGTERM; bad flags refused before it listens.
+"$tf" serve --model "$tmp/m.safetensors" --port 0 > "$tmp/serve.out" 2> "$tmp/serve.err" &
+serve_pid=$!
+for _ in $(seq 100); do grep -q " on http://" "$tmp/serve.out" && break; sleep 0.1; done
+port="$(sed -n 's|.* on http://127.0.0.1:\([0-9]*\) .*|\1|p' "$tmp/serve.out")"
+check "serve prints its URL" test -n "$port"
+http() {  # http METHOD PATH [BODY]: the whole response
+  local body="${3:-}"
+  exec 3<> "/dev/tcp/127.0.0.1/$port"
+  printf '%s %s HTTP/1.1\r\nConnection: close\r\nContent-Length: %s\r\n\r\n%s' "$1" "$2" "${#body}" "$body" >&3
+  cat <&3
+  exec 3<&-
+}
+check "serve /health" grep -q '"status":"ok"' <<< "$(http GET /health)"
+check "serve /v1/completions" grep -q '"finish_reason":"length"' \
+  <<< "$(http POST /v1/completions '{"prompt": "hi", "max_tokens": 4, "temperature": 0}')"
+check "serve refuses a prompt past the context (400)" grep -q '^HTTP/1.1 400' \
+  <<< "$(http POST /v1/completions '{"prompt": "hi", "max_tokens": 40}')"
+kill -TERM "$serve_pid"
+wait "$serve_pid"
+check "serve exits 0 on SIGTERM" test $? -eq 0
+"$tf" serve --model "$tmp/m.safetensors" --port 0 --context 99 > /dev/null 2> "$tmp/err.txt"
+check "serve --context beyond the model's exits 1 naming both" grep -q "context 99 is more than the model's context_length 16" "$tmp/err.txt"
+"$tf" serve --model "$tmp/m.safetensors" --port 70000 > /dev/null 2> "$tmp/err.txt"
+check "serve --port out of range exits 1" grep -q "\-\-port must be in 0..65535" "$tmp/err.txt"
+
 echo "$passed passed, $failed failed"
 test "$failed" -eq 0

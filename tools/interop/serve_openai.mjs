@@ -15,7 +15,8 @@
 //   5. errors arrive as the client's typed errors (400 naming the field, 404 for a model, 401 for
 //      a key) and SIGTERM stops the server with exit status 0.
 import OpenAI from "openai";
-import {spawn, spawnSync} from "node:child_process";
+import {startServer as startServerWith} from "./serve_lib.mjs";
+import {spawnSync} from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -60,23 +61,7 @@ function generate(prompt, maxTokens, seed, temperature, topP) {
   return out.slice(prompt.length, -1);
 }
 
-function startServer(extra = []) {
-  const child = spawn(tformer, ["serve", "--model", model, "--port", "0", "--parallel", "4", ...extra],
-                      {stdio: ["ignore", "pipe", "pipe"]});
-  let stderr = "";
-  child.stderr.on("data", (d) => (stderr += d));
-  const url = new Promise((resolve, reject) => {
-    let out = "";
-    child.stdout.on("data", (d) => {
-      out += d;
-      const m = out.match(/on (http:\/\/[^ ]+) /);
-      if (m) resolve(m[1]);
-    });
-    child.on("exit", (code) => reject(new Error(`serve exited ${code} before it was ready: ${stderr}`)));
-  });
-  const exited = new Promise((resolve) => child.on("exit", (code, signal) => resolve({code, signal})));
-  return {child, url, exited, stderr: () => stderr};
-}
+const startServer = (extra = []) => startServerWith(tformer, ["--model", model, "--port", "0", "--parallel", "4", ...extra]);
 
 async function collect(stream) {
   let text = "", finish = null, usage = null, chunks = 0;

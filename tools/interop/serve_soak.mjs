@@ -14,7 +14,8 @@
 //     the server exits with status 0.
 //
 //   node tools/interop/serve_soak.mjs --tformer build/tformer [--seconds 40]
-import {spawn, spawnSync} from "node:child_process";
+import {spawnSync} from "node:child_process";
+import {startServer} from "./serve_lib.mjs";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -39,19 +40,10 @@ const init = spawnSync(tformer, ["init", "--config", cfg, "--tokenizer", "char",
                                  path.join(work, "m.safetensors")], {encoding: "utf8"});
 if (init.status !== 0) throw new Error(init.stderr);
 
-const child = spawn(tformer, ["serve", "--model", path.join(work, "m.safetensors"), "--port", "0", "--parallel", "4",
-                              "--queue", "8", "--prefill-chunk", "16", "--threads", "1"],
-                    {stdio: ["ignore", "pipe", "inherit"]});
-const exited = new Promise((resolve) => child.on("exit", (code, signal) => resolve({code, signal})));
-const base = await new Promise((resolve, reject) => {
-  let out = "";
-  child.stdout.on("data", (d) => {
-    out += d;
-    const m = out.match(/on (http:\/\/[^ ]+) /);
-    if (m) resolve(m[1]);
-  });
-  child.on("exit", (code) => reject(new Error(`serve exited ${code} before it was ready`)));
-});
+const server = startServer(tformer, ["--model", path.join(work, "m.safetensors"), "--port", "0", "--parallel", "4",
+                                    "--queue", "8", "--prefill-chunk", "16", "--threads", "1"]);
+const {child, exited} = server;
+const base = await server.url;
 const rss = () => Number(fs.readFileSync(`/proc/${child.pid}/status`, "utf8").match(/VmRSS:\s+(\d+)/)[1]);
 
 let rand = 12345;
