@@ -180,12 +180,14 @@ TEST_F(ServeEngineTest, SeededRequestReturnsWhatGenerateReturns) {
 }
 
 // One request alone, then the same request in the middle of fifteen others of mixed prompt
-// lengths (prefilling in chunks while it decodes): the same text and the same log-probabilities to
-// the last bit (they are computed from the logits, so the logits were the same).
+// lengths: the same text and the same log-probabilities to the last bit (they are computed from the
+// logits, so the logits were the same). Each prompt is one prefill chunk, and the others ask for
+// more tokens than the probe, so that after the sixteen prefills the probe decodes in one batch of
+// sixteen rows (where the tiled products would otherwise take over).
 TEST_F(ServeEngineTest, SameTokensAndLogprobsAloneOrBesideFifteenOthers) {
   EngineOptions o;
   o.parallel = 16;
-  o.prefill_chunk = 6;
+  o.prefill_chunk = 64;
   Engine engine(*model_, tok_, o);
   auto probe = [&] {
     CompletionJob j = job_of(tok_, "The probe prompt", 30, 99);
@@ -199,7 +201,7 @@ TEST_F(ServeEngineTest, SameTokensAndLogprobsAloneOrBesideFifteenOthers) {
   for (int i = 0; i < 15; ++i) {
     if (i == 7) others.push_back(engine.submit(probe()));
     others.push_back(engine.submit(
-        job_of(tok_, std::string(static_cast<size_t>(1 + 4 * i), char('a' + i)), 8 + 2 * i, static_cast<uint64_t>(i))));
+        job_of(tok_, std::string(static_cast<size_t>(1 + 2 * i), char('a' + i)), 50 + i, static_cast<uint64_t>(i))));
   }
   std::vector<Result> results;
   for (auto& s : others) {
@@ -219,10 +221,11 @@ TEST_F(ServeEngineTest, SameTokensAndLogprobsAloneOrBesideFifteenOthers) {
   // Every other request also equals its own solo run.
   for (int i : {0, 5, 14}) {
     auto solo = engine.submit(
-        job_of(tok_, std::string(static_cast<size_t>(1 + 4 * i), char('a' + i)), 8 + 2 * i, static_cast<uint64_t>(i)));
+        job_of(tok_, std::string(static_cast<size_t>(1 + 2 * i), char('a' + i)), 50 + i, static_cast<uint64_t>(i)));
     EXPECT_EQ(drain(*solo).text, results[static_cast<size_t>(i < 7 ? i : i + 1)].text) << "request " << i;
   }
   const auto m = engine.metrics();
+  EXPECT_EQ(m.max_decode_batch, 16);  // the probe decoded beside fifteen others
   EXPECT_EQ(m.requests, 20u);
   EXPECT_EQ(m.finished, 20u);
   EXPECT_EQ(m.ttft.count, 20u);

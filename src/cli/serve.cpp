@@ -26,6 +26,14 @@ struct ServeArgs {
 };
 
 void run_serve(const ServeArgs& a) {
+  // SIGINT and SIGTERM are taken by one thread (sigwait), blocked in every other, from the start
+  // (so also in any thread a library starts while the model loads): they stop the engine
+  // (in-flight requests end with an error event) and then the HTTP server.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   if (!a.api_key.empty() && !a.api_key_file.empty())
     fail_input("--api-key", "give --api-key or --api-key-file, not both");
   std::string key = a.api_key;
@@ -53,14 +61,6 @@ void run_serve(const ServeArgs& a) {
   if (!lm.tokenizer) fail_file(a.model, "{}: the model file carries no tokenizer; serving needs one", a.model);
   api.model_chat_template = lm.chat_template;
   api.model_id = a.alias.empty() ? std::filesystem::path(a.model).filename().string() : a.alias;
-
-  // SIGINT and SIGTERM are taken by one thread (sigwait), blocked in every other: they stop the
-  // engine (in-flight requests end with an error event) and then the HTTP server.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   serve::EngineOptions eo;
   eo.parallel = a.parallel;

@@ -315,7 +315,14 @@ void Api::handle(const HttpRequest& req, HttpResponse& res) {
   } catch (const ApiError& e) {
     if (!res.sent()) send_json(e.status, error_body(e));
   } catch (const Error& e) {
-    if (!res.sent()) send_json(400, error_body({400, e.what(), "invalid_request_error"}));
+    // The engine's checks of a job (context, vocabulary, n) are the client's errors; a broken
+    // invariant is the server's.
+    const int status = e.kind() == ErrorKind::Internal ? 500 : 400;
+    if (!res.sent())
+      send_json(status, error_body({status, e.what(), status == 500 ? "server_error" : "invalid_request_error"}));
+  } catch (const json::exception& e) {  // a value of an unexpected type deep in a field
+    if (!res.sent())
+      send_json(400, error_body({400, fmt::format("malformed request: {}", e.what()), "invalid_request_error"}));
   }
 }
 
@@ -335,8 +342,12 @@ void Api::completions(const HttpRequest& req, HttpResponse& res, bool chat) {
   if (chat) {
     if (!options_.has_chat_template)
       bad_request(
-          "this model has no chat template: start the server with --chat-template plain or --chat-template FILE "
-          "(docs/serve.md), or use /v1/completions");
+          options_.model_chat_template.empty()
+              ? "this model has no chat template: start the server with --chat-template plain or --chat-template "
+                "FILE (docs/serve.md), or use /v1/completions"
+              : "this model's chat template is Jinja, which tformer does not interpret (GET /props shows it): start "
+                "the server with --chat-template FILE in tformer's format (docs/serve.md) or --chat-template plain, "
+                "or use /v1/completions");
     const json* msgs = field(body, "messages");
     if (!msgs || !msgs->is_array() || msgs->empty()) bad_request("'messages' must be a non-empty array");
     std::vector<std::pair<std::string, std::string>> conv;
@@ -351,7 +362,8 @@ void Api::completions(const HttpRequest& req, HttpResponse& res, bool chat) {
         text = content->get<std::string>();
       } else if (content && content->is_array()) {  // [{"type": "text", "text": ...}, ...]
         for (const json& part : *content) {
-          if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+          const auto type = part.is_object() ? part.find("type") : part.end();
+          if (!part.is_object() || type == part.end() || *type != "text" || !part.contains("text") ||
               !part["text"].is_string())
             bad_request(fmt::format("'messages'[{}].content: only text parts are supported", i));
           text += part["text"].get<std::string>();
@@ -434,8 +446,10 @@ void Api::completions(const HttpRequest& req, HttpResponse& res, bool chat) {
 
   // n samples: seeds seed, seed + 1, ... (independent samples of the prompt, sharing its prefill).
   std::vector<std::shared_ptr<Stream>> streams = engine_.submit_samples(job, n);
-  if (streams.empty())
+  if (streams.empty()) {
+    if (engine_.stopping()) throw ApiError{503, "the server is shutting down", "server_shutting_down"};
     throw ApiError{503, "the server is busy: the request queue is full; try again later", "server_busy"};
+  }
   const std::string id = fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", next_id_++);
   const int64_t created = now_unix();
   const char* object = chat ? (stream ? "chat.completion.chunk" : "chat.completion") : "text_completion";
@@ -614,6 +628,9 @@ std::string Api::metrics_text() const {
   metric("tformer_completion_tokens_total", "counter", "Tokens generated.", static_cast<double>(m.completion_tokens));
   metric("tformer_queue_length", "gauge", "Sequences waiting for a slot.", static_cast<double>(m.queued));
   metric("tformer_active_sequences", "gauge", "Sequences in the running batch.", static_cast<double>(m.active));
+  metric("tformer_decode_batch", "gauge", "Sequences in the last decode step.", static_cast<double>(m.decode_batch));
+  metric("tformer_decode_batch_max", "gauge", "The most sequences one decode step has held.",
+         static_cast<double>(m.max_decode_batch));
   histogram("tformer_time_to_first_token_seconds", "From a request's arrival to its first token.", m.ttft);
   histogram("tformer_token_latency_seconds", "Between consecutive tokens of a sequence.", m.token_latency);
   return out;

@@ -130,6 +130,7 @@ std::vector<std::shared_ptr<Stream>> Engine::submit_samples(CompletionJob job, i
   }
   {
     std::lock_guard lock(mu_);
+    prune_cancelled_locked();  // abandoned requests hold no room
     // Room: the free slots plus the queue's own length.
     const int64_t room = options_.max_queue + options_.parallel - metrics_.active;
     if (stopping_ || queued_sequences_ + n > room) {
@@ -180,27 +181,30 @@ void Engine::finish(Sequence& s, const std::string& reason) {
   s.out->push(std::move(e));
 }
 
+void Engine::prune_cancelled_locked() {
+  for (auto it = queue_.begin(); it != queue_.end();) {
+    int64_t dropped = 0;
+    for (size_t k = it->outs.size(); k-- > 0;)
+      if (it->outs[k]->cancelled()) {
+        it->outs.erase(it->outs.begin() + static_cast<std::ptrdiff_t>(k));
+        it->seeds.erase(it->seeds.begin() + static_cast<std::ptrdiff_t>(k));
+        ++dropped;
+      }
+    metrics_.cancelled += static_cast<uint64_t>(dropped);
+    queued_sequences_ -= dropped;
+    it = it->outs.empty() ? queue_.erase(it) : it + 1;
+  }
+  metrics_.queued = queued_sequences_;
+}
+
 void Engine::admit() {
   std::lock_guard lock(mu_);
   std::vector<size_t> free;
   for (size_t i = 0; i < slots_.size(); ++i)
     if (!slots_[i]) free.push_back(i);
+  prune_cancelled_locked();  // samples whose client has gone never run
   while (!queue_.empty()) {
     Pending& head = queue_.front();
-    // Samples whose client has gone never run.
-    int64_t dropped = 0;
-    for (size_t k = head.outs.size(); k-- > 0;)
-      if (head.outs[k]->cancelled()) {
-        head.outs.erase(head.outs.begin() + static_cast<std::ptrdiff_t>(k));
-        head.seeds.erase(head.seeds.begin() + static_cast<std::ptrdiff_t>(k));
-        ++dropped;
-      }
-    metrics_.cancelled += static_cast<uint64_t>(dropped);
-    queued_sequences_ -= dropped;
-    if (head.outs.empty()) {
-      queue_.pop_front();
-      continue;
-    }
     if (head.outs.size() > free.size()) break;  // first come, first served: the head waits
     Sequence* leader = nullptr;
     for (size_t k = 0; k < head.outs.size(); ++k) {
@@ -370,6 +374,7 @@ void Engine::step() {
     if (s.job.top_logprobs >= 0) s.pending_logprobs.push_back(logprobs(lg, V, next, s.job.top_logprobs, tokenizer_));
     std::string reason;
     if (eot_ && next == *eot_) {
+      s.text += s.decoder.flush();  // bytes still waiting for the rest of a character
       reason = "stop";
     } else {
       s.text += s.decoder.feed(next);
@@ -410,6 +415,11 @@ void Engine::step() {
   // 2. One decode forward over the sequences still decoding, each row computed as if alone.
   if (!batch.empty()) {
     const auto k = static_cast<int64_t>(batch.size());
+    {
+      std::lock_guard lock(mu_);
+      metrics_.decode_batch = k;
+      metrics_.max_decode_batch = std::max(metrics_.max_decode_batch, k);
+    }
     std::vector<float> logits(static_cast<size_t>(k * V));
     {
       const RowIndependentProducts alone;

@@ -111,6 +111,7 @@ struct EngineMetrics {
   uint64_t requests = 0, finished = 0, cancelled = 0, rejected = 0, failed = 0;
   uint64_t prompt_tokens = 0, completion_tokens = 0;
   int64_t queued = 0, active = 0;
+  int64_t decode_batch = 0, max_decode_batch = 0;  // sequences in the last decode forward, and the most
   Histogram ttft{{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}};
   Histogram token_latency{{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}};
 };
@@ -138,6 +139,10 @@ class Engine {
   // down") and the loop thread exits. Idempotent.
   void stop();
 
+  bool stopping() const {
+    std::lock_guard lock(mu_);
+    return stopping_;
+  }
   int64_t context() const { return options_.context; }
   const EngineOptions& options() const { return options_; }
   EngineMetrics metrics() const;
@@ -149,6 +154,7 @@ class Engine {
   void loop();
   void step();
   void admit();
+  void prune_cancelled_locked();  // drops queued samples whose client has gone (mu_ held)
   void finish(Sequence& s, const std::string& reason);
   void retire(std::unique_ptr<Sequence>& slot, const std::string& reason);  // finish and free
   std::vector<Sequence*> followers(const Sequence& leader);

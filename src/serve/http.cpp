@@ -129,6 +129,10 @@ bool HttpResponse::send(int status, std::string_view content_type, std::string_v
 
 bool HttpResponse::start_stream(int status, std::string_view content_type) {
   started_ = true;
+  if (http10_)
+    return write_all(
+        fmt::format("HTTP/1.1 {} {}\r\nContent-Type: {}\r\nCache-Control: no-cache\r\nConnection: close\r\n\r\n",
+                    status, http_status_text(status), content_type));
   const std::string head = fmt::format(
       "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nCache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n{}\r\n", status,
       http_status_text(status), content_type, keep_alive_ ? "Connection: keep-alive\r\n" : "Connection: close\r\n");
@@ -137,10 +141,11 @@ bool HttpResponse::start_stream(int status, std::string_view content_type) {
 
 bool HttpResponse::write(std::string_view data) {
   if (data.empty()) return !broken_;
+  if (http10_) return write_all(data);
   return write_all(fmt::format("{:x}\r\n{}\r\n", data.size(), data));
 }
 
-bool HttpResponse::end_stream() { return write_all("0\r\n\r\n"); }
+bool HttpResponse::end_stream() { return http10_ ? !broken_ : write_all("0\r\n\r\n"); }
 
 bool HttpResponse::client_gone() const {
   if (broken_) return true;
@@ -246,16 +251,16 @@ void HttpServer::run() {
 void HttpServer::serve_connection(int fd) {
   std::string buf;
   char chunk[16384];
-  // Reads more bytes into buf before `deadline`; false on close, error, timeout or shutdown (an
-  // idle wait ends at shutdown; a request under way is finished).
-  auto read_more = [&](Clock::time_point deadline, bool idle, bool* timed_out) {
+  // Reads more bytes into buf before `deadline`; false on close, error, timeout or shutdown (a
+  // request not yet read whole is dropped at shutdown; one being answered is finished).
+  auto read_more = [&](Clock::time_point deadline, bool* timed_out) {
     for (;;) {
       const int left = ms_left(deadline);
       if (left == 0) {
         *timed_out = true;
         return false;
       }
-      if (idle && stopping_) return false;
+      if (stopping_) return false;
       pollfd p{fd, POLLIN, 0};
       const int rc = ::poll(&p, 1, std::min(left, 200));
       if (rc < 0 && errno != EINTR) return false;
@@ -267,9 +272,22 @@ void HttpServer::serve_connection(int fd) {
       return true;
     }
   };
+  // The error, then a lingering close: our side is shut for writing and what the client is still
+  // sending (a body over the limit) is read and dropped for up to a second, so that closing with
+  // unread bytes does not reset the connection before the client has read the answer.
   auto refuse = [&](int status, std::string_view message) {
     HttpResponse r(fd, limits_, false);
-    r.send(status, "application/json", error_json(status, message));
+    if (!r.send(status, "application/json", error_json(status, message))) return;
+    ::shutdown(fd, SHUT_WR);
+    const auto until = Clock::now() + std::chrono::seconds(1);
+    for (size_t drained = 0; drained < (size_t{16} << 20);) {
+      pollfd p{fd, POLLIN, 0};
+      const int left = ms_left(until);
+      if (left == 0 || ::poll(&p, 1, left) <= 0) return;
+      const ssize_t n = ::recv(fd, chunk, sizeof chunk, 0);
+      if (n <= 0) return;
+      drained += static_cast<size_t>(n);
+    }
   };
   for (;;) {
     // The request line and headers.
@@ -284,7 +302,7 @@ void HttpServer::serve_connection(int fd) {
         return refuse(414, fmt::format("the request line is longer than {} bytes", limits_.max_request_line));
       if (buf.size() > limits_.max_request_line + limits_.max_header_bytes)
         return refuse(431, fmt::format("the headers are longer than {} bytes", limits_.max_header_bytes));
-      if (!read_more(deadline, !started, &timed_out)) {
+      if (!read_more(deadline, &timed_out)) {
         if (timed_out && started) refuse(408, "the request did not arrive in time");
         return;
       }
@@ -345,14 +363,14 @@ void HttpServer::serve_connection(int fd) {
         return;
     }
     while (buf.size() < length) {
-      if (!read_more(body_deadline, false, &timed_out)) {
+      if (!read_more(body_deadline, &timed_out)) {
         if (timed_out) refuse(408, "the body did not arrive in time");
         return;
       }
     }
     req.body = buf.substr(0, length);
     buf.erase(0, length);
-    HttpResponse res(fd, limits_, keep_alive && !stopping_);
+    HttpResponse res(fd, limits_, keep_alive && !stopping_, req.version == "HTTP/1.0");
     try {
       handler_(req, res);
     } catch (...) {

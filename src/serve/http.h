@@ -5,7 +5,7 @@
 //   body            Content-Length only (no chunked request bodies: 411),
 //                   at most max_body bytes                                    else 413, closed
 //   time            the request line and headers must arrive within header_timeout_ms and the
-//                   body within body_timeout_ms of the first byte (a client sending a byte a
+//                   body within body_timeout_ms of the end of the headers (a client sending a byte a
 //                   second gets 408 and is closed); an idle keep-alive connection is closed after
 //                   idle_timeout_ms; a write that cannot progress for write_timeout_ms drops the
 //                   connection
@@ -53,7 +53,10 @@ struct HttpRequest {
 // end_stream(). A false return means the client has gone (the connection is then closed).
 class HttpResponse {
  public:
-  HttpResponse(int fd, const HttpLimits& limits, bool keep_alive) : fd_(fd), limits_(limits), keep_alive_(keep_alive) {}
+  // http10: the client speaks HTTP/1.0, which has no chunked bodies: a stream is then the raw
+  // bytes, ended by closing the connection.
+  HttpResponse(int fd, const HttpLimits& limits, bool keep_alive, bool http10 = false)
+      : fd_(fd), limits_(limits), keep_alive_(keep_alive && !http10), http10_(http10) {}
   bool send(int status, std::string_view content_type, std::string_view body,
             const std::vector<std::pair<std::string, std::string>>& headers = {});
   // A chunked response (text/event-stream for server-sent events).
@@ -69,7 +72,7 @@ class HttpResponse {
   bool write_all(std::string_view data);
   int fd_;
   const HttpLimits& limits_;
-  bool keep_alive_;
+  bool keep_alive_, http10_;
   bool started_ = false, broken_ = false;
 };
 

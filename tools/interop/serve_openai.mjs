@@ -10,7 +10,7 @@
 //   2. stop strings end the text before them (streamed and not), max_tokens gives "length";
 //   3. chat (--chat-template plain), streamed and not: the text equals the completion of the
 //      rendered prompt "user: ...\nassistant:" with the template's stop string;
-//   4. 16 concurrent streamed requests of mixed prompt lengths on 4 slots: every one completes and
+//   4. 16 concurrent streamed requests of mixed prompt lengths on 16 slots: every one completes and
 //      equals its solo run, and /metrics counts them;
 //   5. errors arrive as the client's typed errors (400 naming the field, 404 for a model, 401 for
 //      a key) and SIGTERM stops the server with exit status 0.
@@ -61,7 +61,7 @@ function generate(prompt, maxTokens, seed, temperature, topP) {
   return out.slice(prompt.length, -1);
 }
 
-const startServer = (extra = []) => startServerWith(tformer, ["--model", model, "--port", "0", "--parallel", "4", ...extra]);
+const startServer = (extra = []) => startServerWith(tformer, ["--model", model, "--port", "0", "--parallel", "16", ...extra]);
 
 async function collect(stream) {
   let text = "", finish = null, usage = null, chunks = 0;
@@ -134,7 +134,7 @@ try {
       {model: id, messages, max_tokens: 30, seed: 9, temperature: 0.7, stream: true}));
   eq(chatStream.text, ref.choices[0].text, "streamed chat");
 
-  // 4. 16 concurrent streams of mixed prompt lengths on 4 slots, each equal to its solo run.
+  // 4. 16 concurrent streams of mixed prompt lengths on 16 slots, each equal to its solo run.
   const prompts = Array.from({length: 16}, (_, i) => "ROMEO:\n" + "Good morrow, sweet lady. ".repeat(4).slice(0, 6 * i));
   const solo = [];
   for (const [i, p] of prompts.entries())

@@ -62,10 +62,12 @@ async function one() {
   const body = {prompt, max_tokens: maxTokens, seed: Math.floor(random() * 1e6), temperature: 1.0, stream,
                 stream_options: {include_usage: true}};
   counts.sent++;
+  let answered = false;  // the response has begun: from here on, a cut is a loss
   try {
     const res = await fetch(`${base}/v1/completions`, {method: "POST", body: JSON.stringify(body),
                                                          headers: {"Content-Type": "application/json"},
                                                          signal: controller.signal});
+    answered = true;
     const text = await res.text();
     if (res.status === 503) return "busy";
     if (res.status !== 200) return `status ${res.status}: ${text}`;
@@ -91,7 +93,8 @@ async function one() {
     return "complete";
   } catch (e) {
     if (controller.signal.aborted) return "abandoned";
-    if (stopping) return "shutdown";  // the connection closed under shutdown
+    // Under shutdown a new connection may be refused; a response already begun must end whole.
+    if (stopping && !answered) return "shutdown";
     return `client error: ${e.cause?.code ?? e.message}`;
   } finally {
     if (timer) clearTimeout(timer);
