@@ -797,7 +797,18 @@ void dense_panels_gemm(float* y, const Weight<float>& W, const float* x, int64_t
     float* pw = panel.data();
     parallel_for(rows, rows * in >= 65536,
                  [&](int64_t r) { dequantize_weight_rows(pw + r * in, W, p0 + r, p0 + r + 1); });
-    gemm<float>(y + p0, out, x, in, false, pw, in, true, n, rows, in);
+#if defined(__AVX512F__)
+    gemm<float>(y + p0, out, x, in, false, pw, in, true, n, rows, in);  // our sgemm: the same bits at any thread count
+#else
+    // OpenBLAS's threaded sgemm gives other bits for another thread count (its split moves the
+    // edge tiles): fixed blocks of weight rows instead, each one single-threaded product (OpenBLAS
+    // runs on one thread inside a parallel region), the blocks in parallel.
+    constexpr int64_t kBlock = 128;
+    parallel_for((rows + kBlock - 1) / kBlock, true, [&](int64_t b) {
+      const int64_t r0 = b * kBlock, m = std::min(kBlock, rows - r0);
+      gemm<float>(y + p0 + r0, out, x, in, false, pw + r0 * in, in, true, n, m, in);
+    });
+#endif
   }
 }
 
