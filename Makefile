@@ -37,7 +37,7 @@ test-interop: build-tformer
 	@bash scripts/install-interop.sh
 	@node tools/interop/llama_cpp_check.mjs --tformer $(BUILD)/tformer
 	@node tools/interop/serve_openai.mjs --tformer $(BUILD)/tformer
-	@node tools/interop/serve_soak.mjs --tformer $(BUILD)/tformer --seconds 40
+	@node tools/interop/serve_soak.mjs --tformer $(BUILD)/tformer --seconds 20
 	@/usr/bin/python3 tools/reference/gen_sentencepiece_fixtures.py --check $(BUILD)/tformer
 
 # The same tests built with AddressSanitizer and UndefinedBehaviorSanitizer.
@@ -90,7 +90,7 @@ lint: configure
 
 # Everything CI runs (.ci/run: format, test, test-interop, demo) plus the slow checks it leaves out:
 # clang-tidy on every translation unit, the sanitizer tests, every test on the portable build.
-ci-full: lint test-sanitize test-portable
+ci-full: lint test-sanitize test-tsan test-portable
 	@bash .ci/run
 
 clean:

@@ -1,4 +1,4 @@
-// A bounded soak of tformer serve (`make test-interop` runs it for 40 s; SOAK_SECONDS changes it):
+// A bounded soak of tformer serve (`make test-interop` runs it for 20 s; SOAK_SECONDS changes it):
 // 12 clients send requests back to back (streamed or not, prompts of 1 to 60 tokens, 1 to 80 new
 // tokens, random seeds) to a server with 4 slots and a queue of 8, and abandon about a third of
 // them at a random moment (AbortController: a disconnect while queued, prefilling or streaming).
