@@ -4,7 +4,7 @@ SAN_BUILD ?= build-sanitize
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure build build-tformer test test-sanitize test-tsan test-interop build-portable test-portable test-portable-kernels demo bench lint ci-full clean
+.PHONY: fuzz all deps configure build build-tformer test test-sanitize test-tsan test-interop build-portable test-portable test-portable-kernels demo bench lint ci-full clean
 
 all: build
 
@@ -75,6 +75,18 @@ test-portable-kernels: deps
 	@cmake --build build-portable -j $(JOBS) --target $$(cd tests && ls test_kernels_*.cpp | sed 's/\.cpp$$//')
 	@cd build-portable && ctest --output-on-failure -j $(JOBS) -L kernels
 
+# The libFuzzer targets of fuzz/ (docs/fuzzing.md), built with clang, AddressSanitizer and
+# UndefinedBehaviorSanitizer in build-fuzz, each run for FUZZ_SECONDS (default 60) from its seed
+# corpus and dictionary; new inputs gather in build-fuzz/corpus/, a crash's input in
+# build-fuzz/artifacts/. FUZZ_TARGETS picks some (default: all).
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS ?= $(patsubst fuzz/fuzz_%.cpp,%,$(wildcard fuzz/fuzz_*.cpp))
+fuzz: deps
+	@bash scripts/install-deps.sh --fuzz
+	@CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTFORMER_FUZZ=ON $(CMAKE_FLAGS) > /dev/null
+	@cmake --build build-fuzz -j $(JOBS) --target $(addprefix fuzz_,$(FUZZ_TARGETS))
+	@bash scripts/fuzz.sh build-fuzz $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+
 # The main job. scripts/demo.sh runs nothing but $(BUILD)/tformer, so only that is built.
 demo: build-tformer
 	@bash scripts/demo.sh $(BUILD)
@@ -94,4 +106,4 @@ ci-full: lint test-sanitize test-tsan test-portable
 	@bash .ci/run
 
 clean:
-	rm -rf $(BUILD) $(SAN_BUILD) $(TSAN_BUILD) build-portable
+	rm -rf $(BUILD) $(SAN_BUILD) $(TSAN_BUILD) build-portable build-fuzz

@@ -1,0 +1,60 @@
+// What the libFuzzer targets of fuzz/ share (docs/fuzzing.md). Each target is one function,
+// LLVMFuzzerTestOneInput, built twice: with clang's libFuzzer, AddressSanitizer and
+// UndefinedBehaviorSanitizer for `make fuzz`, and with fuzz/replay_main.cpp into a plain program
+// that `make test` runs on the committed corpus and regression inputs.
+//
+// The readers under test take a path, so the input is written to a file of this process first.
+// A tformer::Error of any kind but Internal is the right answer to bad bytes; Internal (a broken
+// invariant) and any other exception are bugs, and abort so that the fuzzer keeps the input.
+#pragma once
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <string>
+
+#include "core/error.h"
+
+namespace tformer::fuzz {
+
+// The input's bytes in a file of this process (rewritten for every input), named *.ext.
+inline std::string input_file(const uint8_t* data, size_t size, const char* ext) {
+  const char* dir = std::getenv("TMPDIR");
+  static const std::string path =
+      std::string(dir && *dir ? dir : "/tmp") + "/tformer-fuzz-" + std::to_string(getpid()) + "." + ext;
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  if (fd < 0) std::abort();
+  for (size_t done = 0; done < size;) {
+    const ssize_t n = ::write(fd, data + done, size - done);
+    if (n <= 0) std::abort();
+    done += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  return path;
+}
+
+// Runs body(); a tformer::Error that is not Internal is a clean refusal, anything else aborts.
+template <typename F>
+void expect_clean(F&& body) {
+  try {
+    body();
+  } catch (const Error& e) {
+    if (e.kind() == ErrorKind::Internal) {
+      std::fprintf(stderr, "fuzz: internal error on this input: %s\n", e.what());
+      std::abort();
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fuzz: an exception that is not tformer::Error: %s\n", e.what());
+    std::abort();
+  }
+}
+
+// Bytes a target reads from a tensor whose header passed: at most this many, so that a valid
+// header describing a huge tensor costs no memory (the reader's bounds checks are what is tested).
+constexpr uint64_t kMaxTensorRead = 1 << 20;
+
+}  // namespace tformer::fuzz
