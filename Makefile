@@ -4,7 +4,7 @@ SAN_BUILD ?= build-sanitize
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: fuzz all deps configure build build-tformer test test-sanitize test-tsan test-interop build-portable test-portable test-portable-kernels demo bench lint ci-full clean
+.PHONY: test-long fuzz all deps configure build build-tformer test test-sanitize test-tsan test-interop build-portable test-portable test-portable-kernels demo bench lint ci-full clean
 
 all: build
 
@@ -26,6 +26,11 @@ build-tformer: configure
 # Builds everything and runs every test through ctest; ends with ctest's summary line.
 test: build
 	@cd $(BUILD) && OMP_WAIT_POLICY=passive ctest --output-on-failure -j $(JOBS)
+
+# The long forms of the reliability checks: the kill-anywhere loop with 50 SIGKILLs (make test
+# runs 8; KILL_SEED=N replays a sequence).
+test-long: build-tformer
+	@KILLS=50 bash tests/cli/kill_test.sh $(BUILD)/tformer
 
 # The live checks against outside programs (docs/gguf.md): tformer's GGUF files run by llama.cpp
 # itself (node-llama-cpp's prebuilt CPU binaries) and read by @huggingface/gguf, both installed in

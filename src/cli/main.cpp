@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
+#include <csignal>
 #include <cstdio>
 #include <exception>
 
@@ -9,6 +10,10 @@
 #include "core/error.h"
 
 int main(int argc, char** argv) {
+  // A write beyond a file-size limit (ulimit -f, prlimit --fsize) then fails with EFBIG, which
+  // the writers report by name and clean up after (core/file_io.h), instead of the signal killing
+  // the process half-way through a file.
+  std::signal(SIGXFSZ, SIG_IGN);
   // The set-up and CLI11's own reporting are inside the try too: an exception from them prints a
   // message and a non-zero status instead of leaving main, which would abort (std::terminate).
   try {

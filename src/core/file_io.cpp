@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -136,6 +137,10 @@ void read_at(int fd, const std::string& path, void* dst, uint64_t n, uint64_t of
 void append_file(const std::string& path, std::string_view bytes) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) fail_file(path, "{}: cannot open for appending: {}", path, errno_text(errno));
+  // Where the file ended: a record only partly written (a full disk, a file-size limit) is cut
+  // off again, so the log keeps only whole records.
+  struct stat st {};
+  const off_t before = ::fstat(fd, &st) == 0 ? st.st_size : -1;
   size_t done = 0;
   int err = 0;
   while (done < bytes.size()) {
@@ -148,6 +153,7 @@ void append_file(const std::string& path, std::string_view bytes) {
     done += static_cast<size_t>(n);
   }
   if (err == 0 && ::fsync(fd) != 0) err = errno;
+  if (err != 0 && done > 0 && before >= 0 && ::ftruncate(fd, before) == 0) ::fsync(fd);
   if (::close(fd) != 0 && err == 0) err = errno;
   if (err != 0) fail_file(path, "{}: append failed: {}", path, errno_text(err));
 }

@@ -74,7 +74,8 @@ void write_file_atomic(const std::string& path, const std::function<void(AtomicF
 // Appends bytes to the end of path (created when missing) with one write through O_APPEND, then
 // fsyncs it: for logs that grow a record at a time (metrics.jsonl), where rewriting the whole file
 // would cost more than the record. A crash can leave at most the last record unfinished (a resumed
-// training run drops such a line). Errors name the path and the reason.
+// training run drops such a line). A failed append (a full disk, a file-size limit) cuts the file
+// back to its old length, so it holds only whole records. Errors name the path and the reason.
 void append_file(const std::string& path, std::string_view bytes);
 
 // The pid in file_name when it is an atomic writer's temporary of target_name
