@@ -264,7 +264,9 @@ TEST(TrainOptions, JsonRoundTripAndErrors) {
 
 TEST(Trainer, SplitTooShortForTheContextIsAnError) {
   Fixture f = shakespeare();
-  f.data.val.resize(10);
+  std::vector<TokenId> val = f.data.val.to_vector();
+  val.resize(10);
+  f.data.val = val;
   EXPECT_ERROR(make_session(f, small_options(), 0.0), ErrorKind::BadInput, "--context",
                "validation split has 10 tokens");
 }

@@ -51,6 +51,29 @@ TEST(Hash64, DeterministicAndSensitive) {
   EXPECT_EQ(hash64(std::string_view(padded).substr(1)), hash64(s));
 }
 
+// Hash64Stream is hash64 chained over 1 MiB blocks (core/hash.h), whatever the pieces it is fed.
+TEST(Hash64Stream, IsHash64ChainedOverBlocksHoweverItIsFed) {
+  constexpr size_t B = Hash64Stream::kBlock;
+  std::string s(2 * B + 12345, '\0');
+  for (size_t i = 0; i < s.size(); ++i) s[i] = static_cast<char>((i * 131 + i / 977) & 0xff);
+  const std::string_view v(s);
+  const uint64_t want = hash64(v.substr(2 * B), hash64(v.substr(B, B), hash64(v.substr(0, B), 7)));
+  for (size_t piece : {size_t{1} << 20, size_t{4093}, size_t{3} << 19, s.size()}) {
+    Hash64Stream h(7);
+    for (size_t at = 0; at < s.size(); at += piece) h.update(v.substr(at, piece));
+    EXPECT_EQ(h.finish(), want) << piece;
+  }
+  // Shorter than a block: hash64 itself; empty: hash64 of nothing; exactly one block: no extra.
+  Hash64Stream small(3);
+  small.update(v.substr(0, 100));
+  EXPECT_EQ(small.finish(), hash64(v.substr(0, 100), 3));
+  EXPECT_EQ(Hash64Stream(5).finish(), hash64("", 5));
+  Hash64Stream one;
+  one.update(v.substr(0, B - 1));
+  one.update(v.substr(B - 1, 1));
+  EXPECT_EQ(one.finish(), hash64(v.substr(0, B)));
+}
+
 TEST(Mix64, IsABijectionOnASample) {
   std::set<uint64_t> out;
   for (uint64_t x = 0; x < 4096; ++x) out.insert(mix64(x));

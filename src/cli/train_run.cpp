@@ -1,6 +1,7 @@
 #include "cli/train_run.h"
 
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -33,6 +34,30 @@ double median(std::vector<double> v) {
 
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// load_dataset's messages on stdout (why a token cache is rebuilt, what is tokenized) and, on a
+// terminal, a live line on stderr with the bytes read so far of a source larger than 16 MiB.
+DataLoadOptions data_load_options() {
+  DataLoadOptions d;
+  d.message = [](const std::string& m) {
+    fmt::print("{}\n", m);
+    std::fflush(stdout);
+  };
+  if (::isatty(2)) {
+    auto t0 = std::make_shared<Clock::time_point>(Clock::now());
+    d.progress = [t0](uint64_t done, uint64_t total) {
+      if (total < (uint64_t{16} << 20)) return;
+      if (done == 0) *t0 = Clock::now();
+      const double mib = static_cast<double>(done) / (1 << 20), s = seconds_since(*t0);
+      fmt::print(stderr, "\r  {:3.0f}%  {:.0f} of {:.0f} MiB  {:.0f} MiB/s\x1b[K",
+                 100.0 * static_cast<double>(done) / static_cast<double>(total), mib,
+                 static_cast<double>(total) / (1 << 20), s > 0 ? mib / s : 0.0);
+      if (done == total) fmt::print(stderr, "\r\x1b[K");
+      std::fflush(stderr);
+    };
+  }
+  return d;
+}
 
 }  // namespace
 
@@ -67,7 +92,7 @@ void run_training(TrainOptions o, const std::string& resume_dir, const std::vect
     set_num_threads(o.threads);
     ModelConfig config = ModelConfig::from_json(nlohmann::json::parse(meta.at("config")), ckpt + ": config");
     auto tok = tokenizer_from_json(nlohmann::json::parse(meta.at("tokenizer")));
-    Dataset data = load_dataset(o.data, o.val_data, o.val_fraction, *tok, o.out);
+    Dataset data = load_dataset(o.data, o.val_data, o.val_fraction, *tok, o.out, false, data_load_options());
     session = std::make_unique<TrainSession>(o, config, std::move(tok), std::move(data));
     session->load_checkpoint(ckpt);
     if (const auto it = meta.find("chat_template"); it != meta.end()) session->set_chat_template(it->second);
@@ -119,7 +144,7 @@ void run_training(TrainOptions o, const std::string& resume_dir, const std::vect
     const bool created = !fs::exists(o.out);
     fs::create_directories(o.out);
     try {
-      Dataset data = load_dataset(o.data, o.val_data, o.val_fraction, *tok, o.out);
+      Dataset data = load_dataset(o.data, o.val_data, o.val_fraction, *tok, o.out, false, data_load_options());
       session = std::make_unique<TrainSession>(o, config, std::move(tok), std::move(data));
       if (init.model) {
         session->init_weights_from(*init.model);

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -92,6 +93,20 @@ void AtomicFile::write(const void* data, size_t n) {
   if (std::fwrite(data, 1, n, f_) != n) fail_file(path_, "{}: write failed ({}): {}", path_, tmp_, errno_text(errno));
 }
 
+void AtomicFile::write_at(uint64_t offset, const void* data, size_t n) {
+  TF_CHECK(f_ != nullptr, "{}: write after commit", path_);
+  if (std::fflush(f_) != 0) fail_file(path_, "{}: write failed ({}): {}", path_, tmp_, errno_text(errno));
+  const auto* p = static_cast<const char*>(data);
+  while (n > 0) {
+    const ssize_t got = ::pwrite(::fileno(f_), p, n, static_cast<off_t>(offset));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) fail_file(path_, "{}: write failed ({}): {}", path_, tmp_, errno_text(got < 0 ? errno : EIO));
+    p += got;
+    offset += static_cast<uint64_t>(got);
+    n -= static_cast<size_t>(got);
+  }
+}
+
 void AtomicFile::commit() {
   TF_CHECK(f_ != nullptr && !committed_, "{}: commit called twice", path_);
   if (std::fflush(f_) != 0) fail_file(path_, "{}: write failed ({}): {}", path_, tmp_, errno_text(errno));
@@ -114,6 +129,34 @@ void AtomicFile::commit() {
   ::close(dfd);
   if (synced != 0 && sync_err != EINVAL)
     fail_file(path_, "{}: written, but the fsync of its folder {} failed: {}", path_, dir, errno_text(sync_err));
+}
+
+// ---- MappedFile ------------------------------------------------------------------------------------
+
+MappedFile::MappedFile(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail_file(path, "{}: cannot open for reading: {}", path, errno_text(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    fail_file(path, "{}: cannot stat: {}", path, errno_text(err));
+  }
+  size_ = static_cast<size_t>(st.st_size);
+  if (size_ > 0) {
+    void* p = ::mmap(nullptr, size_, PROT_READ, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+      const int err = errno;
+      ::close(fd);
+      fail_file(path, "{}: cannot map into memory: {}", path, errno_text(err));
+    }
+    data_ = static_cast<const unsigned char*>(p);
+  }
+  ::close(fd);  // the mapping keeps the file
+}
+
+MappedFile::~MappedFile() {
+  if (data_) ::munmap(const_cast<unsigned char*>(data_), size_);
 }
 
 void read_at(int fd, const std::string& path, void* dst, uint64_t n, uint64_t offset) {

@@ -51,6 +51,9 @@ class AtomicFile {
 
   void write(const void* data, size_t n);
   void write(std::string_view bytes) { write(bytes.data(), bytes.size()); }
+  // Overwrites n bytes at `offset` of what has been written so far (offset + n at most the bytes
+  // written): a header whose fields are known only at the end.
+  void write_at(uint64_t offset, const void* data, size_t n);
   // Flush, fsync, close, rename over the target, fsync of the folder. Called once.
   void commit();
 
@@ -63,6 +66,23 @@ class AtomicFile {
   std::string path_, tmp_;
   std::FILE* f_ = nullptr;
   bool committed_ = false;
+};
+
+// A whole file mapped read-only into memory (mmap), for data larger than memory: pages are read
+// when touched and may be dropped again. An empty file maps to no bytes. Errors name the path.
+class MappedFile {
+ public:
+  explicit MappedFile(const std::string& path);
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  const unsigned char* data() const { return data_; }
+  size_t size() const { return size_; }
+  std::string_view bytes() const { return {reinterpret_cast<const char*>(data_), size_}; }
+
+ private:
+  const unsigned char* data_ = nullptr;
+  size_t size_ = 0;
 };
 
 // bytes as the whole new content of path.

@@ -1,5 +1,7 @@
 #include "core/hash.h"
 
+#include <algorithm>
+
 namespace tformer {
 
 namespace {
@@ -54,6 +56,32 @@ uint64_t hash64(std::string_view bytes, uint64_t seed) {
   h *= kPrime3;
   h ^= h >> 32;
   return h;
+}
+
+void Hash64Stream::update(std::string_view bytes) {
+  while (!bytes.empty()) {
+    if (pending_.empty() && bytes.size() >= kBlock) {  // a whole block straight from the input
+      h_ = hash64(bytes.substr(0, kBlock), h_);
+      any_block_ = true;
+      bytes.remove_prefix(kBlock);
+      continue;
+    }
+    const size_t take = std::min(kBlock - pending_.size(), bytes.size());
+    pending_.append(bytes.substr(0, take));
+    bytes.remove_prefix(take);
+    if (pending_.size() == kBlock) {
+      h_ = hash64(pending_, h_);
+      any_block_ = true;
+      pending_.clear();
+    }
+  }
+}
+
+uint64_t Hash64Stream::finish() {
+  if (!pending_.empty() || !any_block_) h_ = hash64(pending_, h_);
+  pending_.clear();
+  any_block_ = true;
+  return h_;
 }
 
 }  // namespace tformer

@@ -9,7 +9,9 @@
 // Both give the same values on every machine and compiler.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 namespace tformer {
@@ -22,5 +24,22 @@ inline uint64_t mix64(uint64_t x) {
 }
 
 uint64_t hash64(std::string_view bytes, uint64_t seed = 0);
+
+// hash64 of a byte stream fed in any pieces, for data too large to hold at once: the stream is cut
+// into blocks of kBlock bytes (the last may be shorter; an empty stream is one empty block), and
+// h = seed, then h = hash64(block, h) for each block in order. The value depends only on the bytes
+// and the seed, never on how update() was called (tests pin it).
+class Hash64Stream {
+ public:
+  static constexpr size_t kBlock = size_t{1} << 20;
+  explicit Hash64Stream(uint64_t seed = 0) : h_(seed) {}
+  void update(std::string_view bytes);
+  uint64_t finish();  // once
+
+ private:
+  uint64_t h_;
+  std::string pending_;
+  bool any_block_ = false;
+};
 
 }  // namespace tformer

@@ -116,6 +116,7 @@ class ByteBpeTokenizer : public Tokenizer {
   void append_token_bytes(TokenId id, std::string& out) const override;
   std::map<std::string, TokenId> special_tokens() const override { return specials_; }
   nlohmann::json to_json() const override;
+  bool cuts_at_lines() const override;
 
   // The tokens of one piece by step 3 above. algorithm: 0 chooses by length, 1 forces the plain
   // scan, 2 the heap, 3 the rank buckets (linear time; tests check that all agree).

@@ -281,6 +281,13 @@ std::optional<ByteBpeTokenizer::Pattern> ByteBpeTokenizer::pattern_of(std::strin
   return std::nullopt;
 }
 
+bool ByteBpeTokenizer::cuts_at_lines() const {
+  if (pattern_ == Pattern::LlamaCppDefault) return false;
+  for (const auto& [text, id] : specials_)
+    if (text.find('\n') != std::string::npos) return false;
+  return true;
+}
+
 nlohmann::json ByteBpeTokenizer::to_json() const {
   nlohmann::json j;
   j["kind"] = "byte-bpe";

@@ -38,6 +38,7 @@ class CharTokenizer : public Tokenizer {
   static CharTokenizer from_json(const nlohmann::json& j);
 
   std::string kind() const override { return "char"; }
+  bool cuts_at_lines() const override { return true; }
   int64_t vocab_size() const override { return static_cast<int64_t>(alphabet_.size()); }
   std::vector<TokenId> encode(std::string_view text, bool allow_special = false) const override;
   void append_token_bytes(TokenId id, std::string& out) const override;

@@ -89,6 +89,7 @@ class SennrichTokenizer : public Tokenizer {
   ~SennrichTokenizer() override;
 
   std::string kind() const override { return "bpe"; }
+  bool cuts_at_lines() const override { return true; }
   int64_t vocab_size() const override { return static_cast<int64_t>(text_.size()); }
   std::vector<TokenId> encode(std::string_view text, bool allow_special = false) const override;
   void append_token_bytes(TokenId id, std::string& out) const override;

@@ -1,5 +1,7 @@
 #include "tokenizer/tokenizer.h"
 
+#include <cstring>
+
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -29,6 +31,17 @@ std::optional<TokenId> Tokenizer::special_id(std::string_view text) const {
   auto it = specials.find(std::string(text));
   if (it == specials.end()) return std::nullopt;
   return it->second;
+}
+
+size_t next_cut_point(std::string_view text, size_t from) {
+  auto printable = [](char c) { return c > 0x20 && c < 0x7f; };
+  for (size_t i = from == 0 ? 0 : from - 1; i + 1 < text.size(); ++i) {
+    const void* nl = std::memchr(text.data() + i, '\n', text.size() - 1 - i);
+    if (!nl) break;
+    i = static_cast<size_t>(static_cast<const char*>(nl) - text.data());
+    if (i >= 1 && printable(text[i - 1]) && printable(text[i + 1])) return i + 1;
+  }
+  return std::string_view::npos;
 }
 
 std::vector<TokenId> encode_for_model(const Tokenizer& tok, std::string_view text, bool allow_special) {

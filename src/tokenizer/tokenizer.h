@@ -75,7 +75,21 @@ class Tokenizer {
   virtual std::optional<TokenId> bos_id() const { return std::nullopt; }
 
   virtual nlohmann::json to_json() const = 0;
+  // Whether a long text may be encoded in pieces cut by next_cut_point (below): true for "char",
+  // "bpe", and "byte-bpe" with GPT-2's, cl100k_base's or o200k_base's pattern and no special token
+  // holding a newline; false (the text is encoded whole) for SentencePiece, whose normaliser sees
+  // the text as a whole, and for llama.cpp's default pattern chain. Tested on corpora against
+  // encoding the text whole (tests/test_tokenizer_interface.cpp).
+  virtual bool cuts_at_lines() const { return false; }
 };
+
+// The first cut point p >= from of text, or npos when there is none: p lies just after a '\n'
+// that has a printable ASCII byte (0x21..0x7e) on each side ("word.\nNext"). For a tokenizer with
+// cuts_at_lines(), encode(text) equals encode(text[0, p)) followed by encode(text[p, n)), with or
+// without special tokens: each pre-tokenizer ends a piece at such a newline and starts the next one
+// after it whatever surrounds them (the patterns have no look-behind, and their look-ahead sees
+// only the printable byte), and no special token spans it.
+size_t next_cut_point(std::string_view text, size_t from);
 
 // encode(text), with bos_id() in front when the vocabulary has one.
 std::vector<TokenId> encode_for_model(const Tokenizer& tok, std::string_view text, bool allow_special = false);

@@ -212,7 +212,7 @@ StepResult TrainSession::step() {
 }
 
 EvalResult TrainSession::evaluate() {
-  auto mean_loss = [&](const std::vector<TokenId>& tokens, uint64_t split, const char* name) {
+  auto mean_loss = [&](const TokenArray& tokens, uint64_t split, const char* name) {
     BatchSampler s(tokens, options_.batch, context_,
                    mix64(options_.seed ^ mix64(kEvalStream + 2 * static_cast<uint64_t>(step_) + split)), name);
     double sum = 0;

@@ -71,7 +71,7 @@ check "checkpoint: the model file is intact too" cmp -s "$tmp/r/model.safetensor
 "$tf" train --resume "$tmp/r" --steps 10 > /dev/null 2>&1
 check "the run continues once there is room" test $? -eq 0
 # The token cache of a new run: its folder, made by this run, goes too.
-refused "token cache" "$tmp/t/tokens-" "$big" 100000 "$tf" train "${flags[@]}" --out "$tmp/t"
+refused "token cache" "$tmp/t/tokens-" "$big" 40000 "$tf" train "${flags[@]}" --out "$tmp/t"
 check "token cache: the new run folder is removed" test ! -e "$tmp/t"
 # A model.
 cat > "$tmp/cfg.json" <<'JSON'
@@ -93,7 +93,7 @@ c="$tmp/m/codes"
 cp "$c" "$c.prev"
 refused "codes" "$c" "$big" $(($(size "$c") + 100)) "$tf" bpe learn --input "$data" --merges 1000 --output "$c"
 j="$tmp/m/tok.json"
-"$tf" tokenizer train --input "$data" --vocab-size 280 --output "$j" > /dev/null
+"$tf" tokenizer train --input "$data" --vocab-size 280 --output "$j" > /dev/null 2>&1
 cp "$j" "$j.prev"
 refused "tokenizer" "$j" "$big" $(($(size "$j") + 100)) "$tf" tokenizer train --input "$data" --vocab-size 900 --output "$j"
 
@@ -123,7 +123,7 @@ else
   "$tf" train --resume "$small/r" --steps 15 > /dev/null 2>&1
   check "the run continues once there is room" test $? -eq 0
   rm -rf "$small/r"
-  fill "$small" 100000
+  fill "$small" 40000
   refused "token cache (full disk)" "$small/t/tokens-" "$nospace" - "$tf" train "${flags[@]}" --out "$small/t"
   rm -f "$small/filler"
   cp "$e.prev" "$small/model.gguf"

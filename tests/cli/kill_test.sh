@@ -166,7 +166,7 @@ kill_writer export "$tmp/w/e.gguf" "$tf" export --model "$m" --out "$tmp/w/e.ggu
 kill_writer quantize "$tmp/w/q.gguf" "$tf" quantize --model "$m" --type q4_0 --out "$tmp/w/q.gguf"
 "$tf" bpe learn --input "$data" --merges 50 --output "$tmp/w/codes.prev" > /dev/null
 kill_writer "bpe learn" "$tmp/w/codes" "$tf" bpe learn --input "$data" --merges 2000 --output "$tmp/w/codes"
-"$tf" tokenizer train --input "$data" --vocab-size 300 --output "$tmp/w/tok.json.prev" > /dev/null
+"$tf" tokenizer train --input "$data" --vocab-size 300 --output "$tmp/w/tok.json.prev" > /dev/null 2>&1
 kill_writer "tokenizer train" "$tmp/w/tok.json" "$tf" tokenizer train --input "$data" --vocab-size 1200 \
   --output "$tmp/w/tok.json"
 
