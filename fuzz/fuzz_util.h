@@ -15,7 +15,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <filesystem>
 #include <string>
+#include <string_view>
+#include <system_error>
 
 #include "core/error.h"
 
@@ -30,6 +33,32 @@ inline std::string input_file(const uint8_t* data, size_t size, const char* ext)
   if (fd < 0) std::abort();
   for (size_t done = 0; done < size;) {
     const ssize_t n = ::write(fd, data + done, size - done);
+    if (n <= 0) std::abort();
+    done += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  return path;
+}
+
+// A folder of this process (emptied for every input), for readers that take a folder or a pair of
+// files: write_in(dir, name, bytes) puts one file there.
+inline std::string input_dir() {
+  const char* dir = std::getenv("TMPDIR");
+  static const std::string path =
+      std::string(dir && *dir ? dir : "/tmp") + "/tformer-fuzz-" + std::to_string(getpid()) + ".d";
+  std::error_code ec;
+  std::filesystem::remove_all(path, ec);
+  std::filesystem::create_directories(path, ec);
+  if (ec) std::abort();
+  return path;
+}
+
+inline std::string write_in(const std::string& dir, const std::string& name, std::string_view bytes) {
+  const std::string path = dir + "/" + name;
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  if (fd < 0) std::abort();
+  for (size_t done = 0; done < bytes.size();) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
     if (n <= 0) std::abort();
     done += static_cast<size_t>(n);
   }
