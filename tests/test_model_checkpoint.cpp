@@ -95,6 +95,24 @@ TEST_F(CheckpointTest, MetadataProblemsAreNamed) {
   EXPECT_ERROR(load_model(path("mismatch.safetensors")), ErrorKind::BadFile, "vocab_size", "vocab_size is 100");
 }
 
+TEST_F(CheckpointTest, AConfigClaimingMoreThanTheFileHoldsIsRefusedBeforeAllocating) {
+  // The tensors of a small model under the config of a 4 GB one (a fuzzed file): the tensors are
+  // checked against the config before the weights are allocated.
+  Model m(config());
+  auto big = m.config().to_json();
+  big["d_model"] = 4096;
+  big["n_heads"] = 32;
+  big["d_ff"] = 16384;
+  big["n_layers"] = 2;
+  write_arena(path("big.safetensors"), m.params(), {{"config", big.dump()}});
+  EXPECT_ERROR(load_model(path("big.safetensors")), ErrorKind::BadFile, "tok_embeddings.weight", "[256, 4096]");
+  // More layers than the file has tensors.
+  big = m.config().to_json();
+  big["n_layers"] = 1000000;
+  write_arena(path("deep.safetensors"), m.params(), {{"config", big.dump()}});
+  EXPECT_ERROR(load_model(path("deep.safetensors")), ErrorKind::BadFile, "n_layers", "1000000 layers");
+}
+
 TEST_F(CheckpointTest, TruncatedAndCorruptFilesAreErrorsNotCrashes) {
   Model m(config());
   m.init_gpt2(2);

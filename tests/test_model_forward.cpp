@@ -46,6 +46,29 @@ TEST(ModelConfig, ErrorsNameTheField) {
   EXPECT_ERROR(check(R"({"vocab_size": "ten"})"), ErrorKind::BadConfig, "vocab_size", "must be an integer");
   EXPECT_ERROR(check(R"({"vocab_size": 10, "dropout": 1.5})"), ErrorKind::BadConfig, "dropout");
   EXPECT_ERROR(check(R"({})"), ErrorKind::BadConfig, "vocab_size", "must be positive, got 0");
+  // Sizes beyond 2^31 are refused as they are read: 4 * d_model (the default d_ff) would overflow.
+  EXPECT_ERROR(check(R"({"vocab_size": 10, "d_model": 4611686018427387904})"), ErrorKind::BadConfig, "d_model",
+               "beyond 2147483648");
+  EXPECT_ERROR(check(R"({"vocab_size": 10, "n_layers": 18446744073709551615})"), ErrorKind::BadConfig, "n_layers");
+  EXPECT_ERROR(check(R"({"vocab_size": 10, "n_heads": -4294967296})"), ErrorKind::BadConfig, "n_heads");
+}
+
+TEST(ModelConfig, ParamBytesOfAnyLayerCountCostNothingToCompute) {
+  // 2^31 layers (a fuzzed config): sized without a list of 2^31 layers, and refused by memory.
+  auto c = ModelConfig::from_json(nlohmann::json::parse(R"({"vocab_size": 10, "d_model": 8, "n_heads": 2,
+                                                            "n_layers": 2147483648})"));
+  c.validate();
+  auto one = c;
+  one.n_layers = 1;
+  auto none = c;
+  none.n_layers = 0;
+  const double layer = float32_param_bytes(one) - float32_param_bytes(none);
+  EXPECT_GT(layer, 0);
+  EXPECT_DOUBLE_EQ(float32_param_bytes(c), float32_param_bytes(none) + 2147483648.0 * layer);
+  auto t = tiny();
+  t.validate();
+  EXPECT_EQ(float32_param_bytes(t), 4.0 * static_cast<double>(Model(t).n_params()));
+  EXPECT_ERROR(check_params_fit_in_memory(c, "big.json"), ErrorKind::BadFile, "big.json");
 }
 
 TEST(Model, TensorNamesFollowTheCheckpointFormat) {

@@ -233,6 +233,15 @@ TEST_F(HfBroken, MissingAndMisshapenPiecesAreNamed) {
     write_safetensors(st, tensors, f.metadata());
     EXPECT_ERROR(import_hf(d), ErrorKind::BadFile, "lm_head.weight", "differs from transformer.wte.weight");
   }
+  // Sizes the folder does not hold are refused before the weights are allocated (a fuzzed
+  // config.json): a wider embedding by its shape, more layers by the values the folder holds.
+  EXPECT_ERROR(import_hf(copy("gpt2_tiny", {{"n_embd", 2048}, {"n_head", 16}, {"n_inner", 8192}})), ErrorKind::BadFile,
+               "transformer.wte.weight", "[265, 2048]");
+  {
+    const std::string d = copy("gpt2_tiny", {{"n_layer", 10000}});
+    EXPECT_ERROR(import_hf(d), ErrorKind::BadFile, (fs::path(d) / "config.json").string(),
+                 "the folder's safetensors files hold");
+  }
   {
     // Weights that would not fit are refused before anything is allocated, naming both sizes.
     ASSERT_EQ(setenv("TFORMER_MEMORY_LIMIT", "4096", 1), 0);

@@ -4,10 +4,10 @@
 
 #include <cstdio>
 #include <span>
-#include <sstream>
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/token_ids.h"
 #include "core/error.h"
 #include "core/file_io.h"
 #include "core/threads.h"
@@ -122,31 +122,12 @@ struct LogitsArgs {
   int threads = 0;
 };
 
-std::vector<TokenId> parse_ids(const std::string& s) {
-  std::vector<TokenId> ids;
-  std::istringstream in(s);
-  std::string word;
-  while (in >> word) {
-    size_t used = 0;
-    long long v = 0;
-    try {
-      v = std::stoll(word, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != word.size() || v < 0 || v > INT32_MAX)
-      fail_input("--tokens", "--tokens: '{}' (token {}) is not a token id", word, ids.size());
-    ids.push_back(static_cast<TokenId>(v));
-  }
-  return ids;
-}
-
 void run_logits(const LogitsArgs& a) {
   set_num_threads(a.threads);
   LoadedModel lm = load_model(a.model);
   Model& m = *lm.model;
   m.set_attention_kernel(parse_attention_kernel(a.attention));
-  const auto ids = parse_ids(a.tokens);
+  const auto ids = parse_logits_tokens(a.tokens);
   if (ids.empty()) fail_input("--tokens", "--tokens: no token ids");
   const int64_t T = static_cast<int64_t>(ids.size()), V = m.config().vocab_size;
   if (a.chunk < 0) fail_input("--chunk", "--chunk must be >= 0, got {}", a.chunk);

@@ -19,7 +19,6 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include <charconv>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -27,6 +26,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/token_ids.h"
 #include "core/error.h"
 #include "core/file_io.h"
 #include "model/checkpoint.h"
@@ -44,29 +44,6 @@ std::string read_input(const std::string& path) {
     return std::move(ss).str();
   }
   return read_file(path);
-}
-
-// Whitespace-separated decimal ids; errors name the offending word and its position.
-std::vector<TokenId> parse_ids(const std::string& text, const std::string& where) {
-  std::vector<TokenId> ids;
-  size_t i = 0;
-  int64_t index = 0;
-  const auto space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; };
-  while (i < text.size()) {
-    while (i < text.size() && space(text[i])) ++i;
-    if (i >= text.size()) break;
-    size_t j = i;
-    while (j < text.size() && !space(text[j])) ++j;
-    TokenId id = 0;
-    const auto [end, ec] = std::from_chars(text.data() + i, text.data() + j, id);
-    if (ec != std::errc() || end != text.data() + j || id < 0)
-      fail(where.starts_with("--") ? ErrorKind::BadInput : ErrorKind::BadFile, where,
-           "{}: id number {} ('{}') is not a token id", where, index, text.substr(i, std::min<size_t>(j - i, 40)));
-    ids.push_back(id);
-    ++index;
-    i = j;
-  }
-  return ids;
 }
 
 void write_raw(const std::string& bytes) {

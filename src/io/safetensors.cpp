@@ -468,11 +468,8 @@ void write_arena(const std::string& path, Arena& arena, const std::map<std::stri
 // -----------------------------------------------------------------------------------------------
 // Arena loading
 
-void read_arena(const SafetensorsFile& file, Arena& arena, bool allow_missing) {
+void check_arena_tensors(const SafetensorsFile& file, const Arena& arena, bool allow_missing) {
   const std::string& path = file.path();
-  TF_CHECK(arena.entries().empty() || arena.data() != nullptr, "read_arena({}): the arena is not allocated", path);
-  // Check every name, dtype and shape before reading anything.
-  std::vector<std::pair<const Arena::Entry*, const SafetensorsTensor*>> plan;
   for (const Arena::Entry& e : arena.entries()) {
     const SafetensorsTensor* t = file.find(e.name);
     if (t == nullptr) {
@@ -486,13 +483,20 @@ void read_arena(const SafetensorsFile& file, Arena& arena, bool allow_missing) {
     if (!same)
       fail_file(e.name, "{}: tensor '{}': expected shape {}, file has {}", path, e.name, e.shape.str(),
                 shape_str(t->shape));
-    plan.emplace_back(&e, t);
   }
   for (const SafetensorsTensor& t : file.tensors())
     if (!arena.contains(t.name))
       fail_file(t.name, "{}: unexpected tensor '{}' (shape {}) in the file: the model has no tensor of that name", path,
                 t.name, shape_str(t.shape));
-  for (const auto& [e, t] : plan) file.read_bytes(*t, arena.view(*e).data(), t->nbytes());
+}
+
+void read_arena(const SafetensorsFile& file, Arena& arena, bool allow_missing) {
+  TF_CHECK(arena.entries().empty() || arena.data() != nullptr, "read_arena({}): the arena is not allocated",
+           file.path());
+  // Check every name, dtype and shape before reading anything.
+  check_arena_tensors(file, arena, allow_missing);
+  for (const Arena::Entry& e : arena.entries())
+    if (const SafetensorsTensor* t = file.find(e.name)) file.read_bytes(*t, arena.view(e).data(), t->nbytes());
 }
 
 std::map<std::string, std::string> read_arena(const std::string& path, Arena& arena, bool allow_missing) {

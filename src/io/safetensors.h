@@ -126,6 +126,10 @@ void write_arena(const std::string& path, Arena& arena, const std::map<std::stri
 // the arena does not declare is an error. Everything is checked before any data is read. The
 // path form returns the file's metadata.
 void read_arena(const SafetensorsFile& file, Arena& arena, bool allow_missing = false);
+// The checks read_arena makes before it reads anything (every arena tensor present, F32, of its
+// shape; no tensor the arena lacks), on an arena that need not be allocated yet: a loader can refuse
+// a file before allocating what its header claims.
+void check_arena_tensors(const SafetensorsFile& file, const Arena& arena, bool allow_missing = false);
 std::map<std::string, std::string> read_arena(const std::string& path, Arena& arena, bool allow_missing = false);
 
 }  // namespace tformer

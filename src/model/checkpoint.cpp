@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "io/safetensors.h"
 #include "model/gguf_model.h"
+#include "model/params.h"
 
 namespace tformer {
 
@@ -32,8 +33,20 @@ LoadedModel load_model(const std::string& path) {
   if (is_gguf_file(path)) return load_gguf_model(path);
   const SafetensorsFile file = SafetensorsFile::open(path);
   const nlohmann::json config_json = file.metadata_json("config", "not a tformer model file");
+  ModelConfig config = ModelConfig::from_json(config_json, path + ": __metadata__ config");
+  // The file's tensors are checked against the config's before the weights are allocated, so that
+  // a config claiming more than the file holds costs nothing: every layer has tensors of its own.
+  config.validate();
+  if (config.n_layers > static_cast<int64_t>(file.tensors().size()))
+    fail_file("n_layers", "{}: the config has {} layers but the file holds only {} tensors", path, config.n_layers,
+              file.tensors().size());
+  {
+    Arena layout;
+    declare_model_params(layout, config);
+    check_arena_tensors(file, layout);
+  }
   LoadedModel out;
-  out.model = std::make_unique<Model>(ModelConfig::from_json(config_json, path + ": __metadata__ config"));
+  out.model = std::make_unique<Model>(config);
   read_arena(file, out.model->params());
   if (file.metadata().contains("tokenizer")) {
     out.tokenizer = tokenizer_from_json(file.metadata_json("tokenizer", ""));

@@ -53,8 +53,15 @@ size_t choice(const nlohmann::json& v, const std::string& source, const char* ke
   fail_config(key, "{}: \"{}\" is \"{}\"; expected one of {}", source, key, s, allowed);
 }
 
+// Every integer key is a size or a count: beyond 2^31 no model is, and products of two of them
+// (a matrix's elements, 4 * d_model) then stay far inside int64.
+constexpr int64_t kMaxInteger = int64_t{1} << 31;
+
 int64_t integer(const nlohmann::json& v, const std::string& source, const char* key) {
   if (!v.is_number_integer()) fail_config(key, "{}: \"{}\" must be an integer, got {}", source, key, v.dump());
+  if ((v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(kMaxInteger)) ||
+      (!v.is_number_unsigned() && (v.get<int64_t>() > kMaxInteger || v.get<int64_t>() < -kMaxInteger)))
+    fail_config(key, "{}: \"{}\" is {}, beyond {} (2^31)", source, key, v.dump(), kMaxInteger);
   return v.get<int64_t>();
 }
 

@@ -108,12 +108,19 @@ class HfWeights {
   }
 
   bool has(const std::string& name) const { return where_.contains(name); }
+  // The values of every tensor of every file.
+  uint64_t values() const {
+    uint64_t n = 0;
+    for (const auto& f : files_)
+      for (const auto& t : f.tensors()) n += static_cast<uint64_t>(t.numel());
+    return n;
+  }
   // Marks a tensor as accounted for without reading it (a saved buffer such as a causal mask).
   void skip(const std::string& name) { unused_.erase(name); }
   const std::set<std::string>& unused() const { return unused_; }
 
-  // The tensor as float32, after checking its row-major shape and dtype.
-  std::vector<float> read(const std::string& name, const std::vector<int64_t>& shape) {
+  // The tensor, after checking that it is there with this row-major shape.
+  const SafetensorsTensor& check(const std::string& name, const std::vector<int64_t>& shape) const {
     const auto it = where_.find(name);
     if (it == where_.end()) fail_file(name, "missing tensor {}", name);
     const SafetensorsFile& f = files_[it->second];
@@ -121,6 +128,13 @@ class HfWeights {
     if (t.shape != shape)
       fail_file(name, "{}: tensor {} has shape {} but config.json implies {}", f.path(), name, shape_str(t.shape),
                 shape_str(shape));
+    return t;
+  }
+
+  // The tensor as float32, after checking its row-major shape and dtype.
+  std::vector<float> read(const std::string& name, const std::vector<int64_t>& shape) {
+    const SafetensorsTensor& t = check(name, shape);
+    const SafetensorsFile& f = files_[where_.at(name)];
     unused_.erase(name);
     const auto n = static_cast<size_t>(t.numel());
     std::vector<float> out(n);
@@ -366,6 +380,20 @@ HfModel import_hf(const std::string& dir_name) {
   check_params_fit_in_memory(c, dir_name);
 
   HfWeights w(dir);
+  // Before the weights are allocated: the embedding must be there with its shape (bounding
+  // vocab_size and hidden size), and the folder must hold at least as many values as the weights
+  // that must be there (all but a Llama's biases, zeros when absent, and an untied head, which is
+  // the embedding's size), so that a config claiming more than the folder holds costs nothing.
+  w.check(
+      gpt2 ? (w.has("transformer.wte.weight") ? "transformer.wte.weight" : "wte.weight") : "model.embed_tokens.weight",
+      {c.vocab_size, c.d_model});
+  ModelConfig needed = c;
+  needed.tied_embeddings = true;
+  if (!gpt2) needed.bias = false;
+  const double need = float32_param_bytes(needed) / sizeof(float);
+  if (need > static_cast<double>(w.values()))
+    fail_file(config_path, "{}: the config implies {} weights but the folder's safetensors files hold {} values",
+              config_path, static_cast<uint64_t>(need), w.values());
   out.model = std::make_unique<Model>(c);
   auto& arena = out.model->params();
   auto put = [&](const std::string& name, const std::vector<float>& v, size_t from = 0) {

@@ -8,15 +8,24 @@
 namespace tformer {
 
 double float32_param_bytes(const ModelConfig& config) {
-  ModelParams<float> layout;
-  layout.layers.resize(static_cast<size_t>(config.n_layers));
-  double total = 0;
-  visit_model_tensors(layout, config, [&](const std::string&, const Shape& s, auto&) {
-    double n = sizeof(float);
-    for (int k = 0; k < s.rank(); ++k) n *= static_cast<double>(s[k]);
-    total += n;
-  });
-  return total;
+  // The tensors outside the layers, plus n_layers times one layer's: no list of n_layers entries
+  // is built, so a config claiming 2^31 layers costs nothing to size.
+  auto bytes = [](const ModelConfig& c) {
+    ModelParams<float> layout;
+    layout.layers.resize(static_cast<size_t>(c.n_layers));
+    double total = 0;
+    visit_model_tensors(layout, c, [&](const std::string&, const Shape& s, auto&) {
+      double n = sizeof(float);
+      for (int k = 0; k < s.rank(); ++k) n *= static_cast<double>(s[k]);
+      total += n;
+    });
+    return total;
+  };
+  ModelConfig outside = config, one = config;
+  outside.n_layers = 0;
+  one.n_layers = 1;
+  const double rest = bytes(outside);
+  return rest + static_cast<double>(config.n_layers) * (bytes(one) - rest);
 }
 
 void check_params_fit_in_memory(const ModelConfig& config, const std::string& source) {

@@ -248,6 +248,60 @@ void HttpServer::run() {
   cv_.wait(lock, [&] { return connections_ == 0; });
 }
 
+HttpHead parse_http_head(std::string_view head, const HttpLimits& limits, HttpRequest& req) {
+  HttpHead out;
+  auto refuse = [&](int status, std::string why) {
+    out.status = status;
+    out.why = std::move(why);
+    return out;
+  };
+  const size_t line_end = head.find("\r\n");
+  const std::string_view line = head.substr(0, line_end);
+  if (line.size() > limits.max_request_line)
+    return refuse(414, fmt::format("the request line is longer than {} bytes", limits.max_request_line));
+  if (head.size() - line.size() > limits.max_header_bytes)
+    return refuse(431, fmt::format("the headers are longer than {} bytes", limits.max_header_bytes));
+  {
+    const size_t s1 = line.find(' '), s2 = s1 == std::string_view::npos ? s1 : line.find(' ', s1 + 1);
+    if (s1 == std::string_view::npos || s2 == std::string_view::npos || line.find(' ', s2 + 1) != std::string::npos)
+      return refuse(400, "malformed request line (expected METHOD TARGET HTTP/1.x)");
+    req.method = std::string(line.substr(0, s1));
+    req.target = std::string(line.substr(s1 + 1, s2 - s1 - 1));
+    req.version = std::string(line.substr(s2 + 1));
+    if (req.version != "HTTP/1.1" && req.version != "HTTP/1.0") return refuse(505, "only HTTP/1.0 and 1.1");
+    if (req.target.empty() || req.target[0] != '/') return refuse(400, "the request target must start with /");
+    req.path = req.target.substr(0, req.target.find('?'));
+  }
+  size_t pos = line_end == std::string_view::npos ? head.size() : line_end + 2;
+  while (pos < head.size()) {
+    size_t e = head.find("\r\n", pos);
+    if (e == std::string_view::npos) e = head.size();
+    const std::string_view h = head.substr(pos, e - pos);
+    pos = e + 2;
+    const size_t colon = h.find(':');
+    if (colon == std::string_view::npos || colon == 0 || h.find_first_of(" \t") < colon)
+      return refuse(400, "malformed header line");
+    if (req.headers.size() >= limits.max_headers)
+      return refuse(431, fmt::format("more than {} headers", limits.max_headers));
+    req.headers.emplace_back(lower(h.substr(0, colon)), std::string(trim(h.substr(colon + 1))));
+  }
+  const std::string connection = lower(req.header("connection"));
+  const bool keep_alive = req.version == "HTTP/1.1" ? connection != "close" : connection == "keep-alive";
+  if (!req.header("transfer-encoding").empty())
+    return refuse(411, "chunked request bodies are not accepted; send Content-Length");
+  size_t length = 0;
+  if (const std::string cl = req.header("content-length"); !cl.empty()) {
+    if (cl.size() > 18 || !std::all_of(cl.begin(), cl.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      return refuse(400, "Content-Length is not a number");
+    length = std::stoull(cl);
+    if (length > limits.max_body)
+      return refuse(413, fmt::format("the body is {} bytes; the limit is {}", length, limits.max_body));
+  }
+  out.keep_alive = keep_alive;
+  out.content_length = length;
+  return out;
+}
+
 void HttpServer::serve_connection(int fd) {
   std::string buf;
   char chunk[16384];
@@ -313,50 +367,11 @@ void HttpServer::serve_connection(int fd) {
     }
     const auto body_deadline = Clock::now() + std::chrono::milliseconds(limits_.body_timeout_ms);
     HttpRequest req;
-    const std::string_view head(buf.data(), head_end);
-    const size_t line_end = head.find("\r\n");
-    const std::string_view line = head.substr(0, line_end);
-    if (line.size() > limits_.max_request_line)
-      return refuse(414, fmt::format("the request line is longer than {} bytes", limits_.max_request_line));
-    if (head.size() - line.size() > limits_.max_header_bytes)
-      return refuse(431, fmt::format("the headers are longer than {} bytes", limits_.max_header_bytes));
-    {
-      const size_t s1 = line.find(' '), s2 = s1 == std::string_view::npos ? s1 : line.find(' ', s1 + 1);
-      if (s1 == std::string_view::npos || s2 == std::string_view::npos || line.find(' ', s2 + 1) != std::string::npos)
-        return refuse(400, "malformed request line (expected METHOD TARGET HTTP/1.x)");
-      req.method = std::string(line.substr(0, s1));
-      req.target = std::string(line.substr(s1 + 1, s2 - s1 - 1));
-      req.version = std::string(line.substr(s2 + 1));
-      if (req.version != "HTTP/1.1" && req.version != "HTTP/1.0") return refuse(505, "only HTTP/1.0 and 1.1");
-      if (req.target.empty() || req.target[0] != '/') return refuse(400, "the request target must start with /");
-      req.path = req.target.substr(0, req.target.find('?'));
-    }
-    size_t pos = line_end == std::string_view::npos ? head.size() : line_end + 2;
-    while (pos < head.size()) {
-      size_t e = head.find("\r\n", pos);
-      if (e == std::string_view::npos) e = head.size();
-      const std::string_view h = head.substr(pos, e - pos);
-      pos = e + 2;
-      const size_t colon = h.find(':');
-      if (colon == std::string_view::npos || colon == 0 || h.find_first_of(" \t") < colon)
-        return refuse(400, "malformed header line");
-      if (req.headers.size() >= limits_.max_headers)
-        return refuse(431, fmt::format("more than {} headers", limits_.max_headers));
-      req.headers.emplace_back(lower(h.substr(0, colon)), std::string(trim(h.substr(colon + 1))));
-    }
+    const HttpHead h = parse_http_head(std::string_view(buf.data(), head_end), limits_, req);
+    if (h.status != 0) return refuse(h.status, h.why);
     buf.erase(0, head_end + 4);
-    const std::string connection = lower(req.header("connection"));
-    const bool keep_alive = req.version == "HTTP/1.1" ? connection != "close" : connection == "keep-alive";
-    if (!req.header("transfer-encoding").empty())
-      return refuse(411, "chunked request bodies are not accepted; send Content-Length");
-    size_t length = 0;
-    if (const std::string cl = req.header("content-length"); !cl.empty()) {
-      if (cl.size() > 18 || !std::all_of(cl.begin(), cl.end(), [](char c) { return c >= '0' && c <= '9'; }))
-        return refuse(400, "Content-Length is not a number");
-      length = std::stoull(cl);
-      if (length > limits_.max_body)
-        return refuse(413, fmt::format("the body is {} bytes; the limit is {}", length, limits_.max_body));
-    }
+    const bool keep_alive = h.keep_alive;
+    const size_t length = h.content_length;
     if (length > buf.size() && lower(req.header("expect")) == "100-continue") {
       static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
       if (::send(fd, kContinue.data(), kContinue.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(kContinue.size()))

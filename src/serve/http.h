@@ -49,6 +49,21 @@ struct HttpRequest {
   std::string header(std::string_view name) const;
 };
 
+// The request line and headers of one request, as HttpServer reads them off a connection: `head`
+// is everything before the blank line ("\r\n\r\n") that ends them. Fills req's method, target,
+// path, version and headers (names lower-cased, values trimmed). status 0: accepted, with the body's
+// length (Content-Length, at most max_body) and whether the connection stays open after the
+// response; otherwise the status the server answers before closing the connection (400 malformed,
+// 411 a chunked body, 413 a body over max_body, 414 a request line over max_request_line, 431 too
+// many or too long headers, 505 a version other than HTTP/1.0 and 1.1) and why.
+struct HttpHead {
+  int status = 0;
+  std::string why;
+  size_t content_length = 0;
+  bool keep_alive = false;
+};
+HttpHead parse_http_head(std::string_view head, const HttpLimits& limits, HttpRequest& req);
+
 // The handler's side of one response: either send() once, or start_stream() then write()s and
 // end_stream(). A false return means the client has gone (the connection is then closed).
 class HttpResponse {
