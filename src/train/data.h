@@ -42,7 +42,7 @@
 // against a cache (its content hash): a part is cut into pieces of about chunk_bytes at the
 // tokenizer's cut points (next_cut_point, tokenizer.h: the pieces encode to exactly the ids of the
 // whole part), up to one piece per thread is encoded at a time in parallel, and the ids go straight
-// to the cache file. Memory therefore stays near threads x chunk_bytes x 5, plus the stretch
+// to the cache file. Memory therefore stays near threads x chunk_bytes x 10, plus the stretch
 // between two cut points (a tokenizer without cuts_at_lines(), SentencePiece, encodes each part
 // whole). Without a cache folder the ids are kept in memory.
 //
@@ -107,7 +107,7 @@ class TokenArray {
 
 // How load_dataset reports and paces its work.
 struct DataLoadOptions {
-  size_t chunk_bytes = size_t{8} << 20;  // the pieces tokenized in parallel (see the top of this file)
+  size_t chunk_bytes = size_t{1} << 20;  // the pieces tokenized in parallel (see the top of this file)
   // Why a cache file is not used, and what is tokenized ("tokenizing data.txt (1.1 MB)").
   std::function<void(const std::string&)> message;
   // Bytes of the source read so far, of total; called after each block.

@@ -1,8 +1,13 @@
 #include "train/trainer.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <unistd.h>
 
+#include <array>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 
 #include "core/error.h"
 #include "core/file_io.h"
@@ -307,11 +312,41 @@ void TrainSession::init_weights_from(Model& from) {
   std::copy(from.params().data(), from.params().data() + from.params().size(), model_->params().data());
 }
 
+namespace {
+
+// The distinct bytes of the files, each read in blocks (a corpus may be larger than memory), in
+// increasing order.
+std::string distinct_bytes(const std::vector<std::string>& paths) {
+  std::array<bool, 256> seen{};
+  std::string block(size_t{1} << 20, '\0');
+  for (const std::string& path : paths) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) fail_file(path, "{}: cannot open for reading: {}", path, std::strerror(errno));
+    ssize_t n;
+    while ((n = ::read(fd, block.data(), block.size())) != 0) {
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        const int err = errno;
+        ::close(fd);
+        fail_file(path, "{}: read error: {}", path, std::strerror(err));
+      }
+      for (ssize_t i = 0; i < n; ++i) seen[static_cast<unsigned char>(block[static_cast<size_t>(i)])] = true;
+    }
+    ::close(fd);
+  }
+  std::string out;
+  for (int b = 0; b < 256; ++b)
+    if (seen[static_cast<size_t>(b)]) out.push_back(static_cast<char>(b));
+  return out;
+}
+
+}  // namespace
+
 std::unique_ptr<Tokenizer> training_tokenizer(const TrainOptions& o) {
   if (o.tokenizer == "char") {
-    std::string text = read_file(o.data);
-    if (!o.val_data.empty()) text += read_file(o.val_data);
-    return std::make_unique<CharTokenizer>(CharTokenizer::from_corpus(text));
+    std::vector<std::string> files{o.data};
+    if (!o.val_data.empty()) files.push_back(o.val_data);
+    return std::make_unique<CharTokenizer>(CharTokenizer::from_corpus(distinct_bytes(files)));
   }
   return tokenizer_by_name_or_model(o.tokenizer);
 }
