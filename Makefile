@@ -105,9 +105,10 @@ lint: configure
 	@bash scripts/install-deps.sh --lint
 	@bash scripts/lint.sh $(BUILD) $(JOBS)
 
-# Everything CI runs (.ci/run: format, test, test-interop, demo) plus the slow checks it leaves out:
-# clang-tidy on every translation unit, the sanitizer tests, every test on the portable build.
-ci-full: lint test-sanitize test-tsan test-portable
+# Everything CI runs (.ci/run: format, test, test-interop, test-tsan, fuzz, demo) plus the slow
+# checks it leaves out: clang-tidy on every translation unit, every test under ASan and UBSan,
+# every test on the portable build, the 50-kill loop.
+ci-full: lint test-sanitize test-portable test-long
 	@bash .ci/run
 
 clean:
