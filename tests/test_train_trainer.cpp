@@ -246,6 +246,71 @@ TEST(Trainer, AStepAllocatesNothing) {
     }
 }
 
+// The sum over the micro-batches of a step (trainer.h): each g_m computed alone into a zeroed
+// buffer, then combined in the documented tree, built here independently: the binary digits of K
+// give aligned blocks of 2^j micro-batches (largest first), each summed as a balanced tree, and the
+// blocks' sums are folded from the right.
+Arena balanced_sum(const std::vector<Arena>& g, size_t begin, size_t n) {
+  if (n == 1) return g[begin];
+  Arena left = balanced_sum(g, begin, n / 2);
+  const Arena right = balanced_sum(g, begin + n / 2, n / 2);
+  for (int64_t i = 0; i < left.size(); ++i) left.data()[i] += right.data()[i];
+  return left;
+}
+
+Arena tree_sum(const std::vector<Arena>& g) {
+  std::vector<std::pair<size_t, size_t>> blocks;  // (begin, size)
+  size_t at = 0;
+  for (int bit = 62; bit >= 0; --bit)
+    if (g.size() & (size_t{1} << bit)) {
+      blocks.emplace_back(at, size_t{1} << bit);
+      at += size_t{1} << bit;
+    }
+  Arena sum = balanced_sum(g, blocks.back().first, blocks.back().second);
+  for (size_t b = blocks.size() - 1; b-- > 0;) {
+    Arena left = balanced_sum(g, blocks[b].first, blocks[b].second);
+    for (int64_t i = 0; i < left.size(); ++i) left.data()[i] += sum.data()[i];
+    sum = std::move(left);
+  }
+  return sum;
+}
+
+TEST(Trainer, MicroBatchGradientsAreSummedInTheFixedTree) {
+  const Fixture f = shakespeare();
+  for (int64_t k : {1, 2, 3, 4, 6, 7, 8}) {
+    SCOPED_TRACE(k);
+    TrainOptions o = small_options();
+    o.grad_accum = k;
+    o.grad_clip = 0;  // the raw sum
+    auto s = make_session(f, o, 0.0);
+    const Arena init = s->model().params();
+    s->step();
+    // Each micro-batch alone, on the windows the session drew (the same sampler, in order).
+    TrainGraph<float> graph(s->model().config(), o.batch, o.context);
+    BatchSampler sampler(f.data.train, o.batch, o.context, o.seed, "training");
+    std::vector<TokenId> in(o.batch * o.context), tg(o.batch * o.context);
+    Arena params = init;
+    std::vector<Arena> g;
+    for (int64_t m = 0; m < k; ++m) {
+      sampler.next(in.data(), tg.data());
+      graph.forward(params, in.data(), tg.data(), false);
+      Arena leaf;
+      leaf.mirror(params);
+      graph.backward(params, leaf, 1.0f / static_cast<float>(k));
+      g.push_back(std::move(leaf));
+    }
+    const Arena want = tree_sum(g);
+    ASSERT_EQ(want.size(), s->gradients().size());
+    EXPECT_EQ(std::memcmp(want.data(), s->gradients().data(), sizeof(float) * static_cast<size_t>(want.size())), 0);
+    if (k == 4) {  // the order matters: the running sum ((g0 + g1) + g2) + g3 differs somewhere
+      Arena running = g[0];
+      for (size_t m = 1; m < g.size(); ++m)
+        for (int64_t i = 0; i < running.size(); ++i) running.data()[i] += g[m].data()[i];
+      EXPECT_NE(std::memcmp(running.data(), want.data(), sizeof(float) * static_cast<size_t>(want.size())), 0);
+    }
+  }
+}
+
 TEST(TrainOptions, JsonRoundTripAndErrors) {
   TrainOptions o = small_options();
   o.data = "corpus.txt";

@@ -71,9 +71,13 @@ void TrainGraph<T>::bind_params(BasicArena<T>& params) {
 
 template <typename T>
 void TrainGraph<T>::bind_grads(BasicArena<T>& grads) {
-  if (grads.data() == bound_grads_) return;
-  grads_ = model_grads(grads, config_);
-  bound_grads_ = grads.data();
+  for (const auto& [data, views] : bound_grads_)
+    if (data == grads.data()) {
+      grads_ = views;
+      return;
+    }
+  bound_grads_.emplace_back(grads.data(), model_grads(grads, config_));
+  grads_ = bound_grads_.back().second;
 }
 
 template <typename T>

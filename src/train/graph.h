@@ -76,9 +76,11 @@ class TrainGraph {
   std::vector<int64_t> positions_;  // [batch * context]: 0..context-1 per row of windows
   std::vector<T> sinusoidal_;
   const T* bound_params_ = nullptr;
-  const T* bound_grads_ = nullptr;
   ModelParams<T> params_;
-  ModelGrads<T> grads_;
+  ModelGrads<T> grads_;  // the views of the gradient arena of the current backward
+  // The views of every gradient arena met so far, by its data: a step accumulating into several
+  // buffers (TrainSession's accumulation tree) resolves each once, not at every micro-batch.
+  std::vector<std::pair<const T*, ModelGrads<T>>> bound_grads_;
   int64_t count_ = 0;
   bool training_ = false;
   uint64_t seed_ = 0;

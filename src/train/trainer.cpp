@@ -133,6 +133,14 @@ void zero_arena(Arena& a) {
   parallel_for(n, n >= (1 << 16), [&](int64_t i) { p[i] = 0.0f; });
 }
 
+// a += b, element by element (the two halves of a node of the accumulation tree, trainer.h).
+void add_into(Arena& a, const Arena& b) {
+  float* pa = a.data();
+  const float* pb = b.data();
+  const int64_t n = a.size();
+  parallel_for(n, n >= (1 << 16), [&](int64_t i) { pa[i] += pb[i]; });
+}
+
 // The first tensor of an arena holding a NaN or an infinity ("" when none).
 std::string first_non_finite(Arena& a) {
   for (const auto& e : a.entries()) {
@@ -172,6 +180,7 @@ TrainSession::TrainSession(TrainOptions options, const ModelConfig& config, std:
   // included).
   if (!data_.val.empty() || !options_.val_data.empty() || options_.val_fraction > 0)
     BatchSampler(data_.val, options_.batch, context_, options_.seed, "validation", data_.val_source);
+  tree_levels_.reserve(64);  // a tree over at most 2^63 micro-batches: no allocation per step
   inputs_.resize(options_.batch * context_);
   targets_.resize(options_.batch * context_);
 }
@@ -185,6 +194,18 @@ StepResult TrainSession::step() {
   StepResult r;
   r.lr = learning_rate(schedule, step_);
   const bool dropout = model_->config().dropout > 0;
+  // The accumulation tree (trainer.h): stack[i] is a node of `levels[i]` levels held in buffer i
+  // (buffer 0 is grads_, so the sum ends there).
+  std::vector<int>& levels = tree_levels_;
+  levels.clear();
+  auto buffer = [&](size_t i) -> Arena& {
+    if (i == 0) return grads_;
+    while (partials_.size() < i) {
+      partials_.push_back(std::make_unique<Arena>());
+      partials_.back()->mirror(grads_);
+    }
+    return *partials_[i - 1];
+  };
   for (int64_t micro = 0; micro < k; ++micro) {
     sampler_->next(inputs_.data(), targets_.data());
     const uint64_t seed = mix64(options_.seed ^ mix64(kDropoutStream + static_cast<uint64_t>(step_ * k + micro)));
@@ -202,9 +223,19 @@ StepResult TrainSession::step() {
                  "is intact",
                  step_ + 1, loss, bad);
     }
-    graph_->backward(params, grads_, 1.0f / static_cast<float>(k));
+    Arena& leaf = buffer(levels.size());
+    if (!levels.empty()) zero_arena(leaf);  // grads_ was zeroed above
+    graph_->backward(params, leaf, 1.0f / static_cast<float>(k));
+    levels.push_back(0);
+    while (levels.size() >= 2 && levels[levels.size() - 1] == levels[levels.size() - 2]) {
+      add_into(buffer(levels.size() - 2), buffer(levels.size() - 1));
+      levels.pop_back();
+      ++levels.back();
+    }
     r.loss += loss / static_cast<double>(k);
   }
+  // The nodes left (one per binary digit of k, largest first), folded from the right.
+  for (; levels.size() >= 2; levels.pop_back()) add_into(buffer(levels.size() - 2), buffer(levels.size() - 1));
   r.grad_norm = clip_grad_norm(grads_, options_.grad_clip);
   if (!std::isfinite(r.grad_norm))
     fail_input(fmt::format("step {}", step_ + 1),

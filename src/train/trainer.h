@@ -79,7 +79,19 @@ class TrainSession {
 
   // One optimizer step: grad_accum forward/backward passes, clipping, AdamW. A non-finite loss
   // or gradient throws Error naming the step and the first offending tensor (nothing is updated).
+  //
+  // The K = grad_accum micro-batch gradients g_0 .. g_{K-1} (each of (1/K) x its mean loss) are
+  // summed in one fixed tree, so that the sum does not depend on where each g_m was computed (the
+  // distributed issue: N processes computing K / N micro-batches each give the same bits): leaves
+  // are combined like a binary counter, each new g_m merged with the node to its left while the two
+  // have the same size, so that the nodes are the aligned blocks of 1, 2, 4, ... micro-batches; the
+  // nodes left at the end (one per binary digit of K, largest first) are folded from the right. For
+  // K = 4: (g0 + g1) + (g2 + g3); K = 6: ((g0 + g1) + (g2 + g3)) + (g4 + g5); K = 7:
+  // ((g0 + g1) + (g2 + g3)) + ((g4 + g5) + g6). It holds at most floor(log2 K) gradient buffers
+  // beside the gradient (allocated at the first step that needs them).
   StepResult step();
+  // The gradient of the last step, after clipping (tests).
+  const Arena& gradients() const { return grads_; }
   // Mean loss over eval_steps random batches of each split, drawn with an RNG seeded by
   // (seed, step): the same batches whenever the evaluation runs at this step.
   EvalResult evaluate();
@@ -113,6 +125,8 @@ class TrainSession {
   Dataset data_;
   int64_t context_;
   Arena grads_;
+  std::vector<std::unique_ptr<Arena>> partials_;  // the accumulation tree's other buffers (step())
+  std::vector<int> tree_levels_;                  // its open nodes' levels
   std::unique_ptr<AdamW> opt_;
   std::unique_ptr<TrainGraph<float>> graph_;
   std::unique_ptr<BatchSampler> sampler_;
