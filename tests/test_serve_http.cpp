@@ -423,6 +423,23 @@ TEST_F(ServeHttpTest, KeepAliveServesSeveralRequestsOnOneConnection) {
   EXPECT_NE(r.find("\"object\":\"list\"", second), std::string::npos);
 }
 
+TEST(ServeHttpHead, TheRequestLineNeedsAllThreeParts) {
+  serve::HttpRequest req;
+  const serve::HttpLimits limits;
+  const serve::HttpHead ok =
+      serve::parse_http_head("POST /v1/completions?x=1 HTTP/1.1\r\nContent-Length: 7", limits, req);
+  EXPECT_EQ(ok.status, 0);
+  EXPECT_EQ(req.method, "POST");
+  EXPECT_EQ(req.path, "/v1/completions");
+  EXPECT_EQ(ok.content_length, 7u);
+  EXPECT_TRUE(ok.keep_alive);
+  // A fuzzed head: the line starts with a space, so the method is empty.
+  serve::HttpRequest empty;
+  const serve::HttpHead bad = serve::parse_http_head(" / HTTP/1.1\r\nh0: v", limits, empty);
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_NE(bad.why.find("malformed request line"), std::string::npos);
+}
+
 TEST(ServeChatTemplate, PlainAndFileTemplatesRenderAsDocumented) {
   const auto plain = serve::ChatTemplate::plain();
   EXPECT_EQ(plain.render({{"system", "Be brief."}, {"user", "Hi {role}"}}),

@@ -6,6 +6,8 @@
 // order, the JSON form, and broken model files.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -90,6 +92,29 @@ TEST(SentencePiece, MergesTheHighestScoringPairFirst) {
   EXPECT_EQ(tok.decode(std::vector<TokenId>{1, 6}), " a");   // only on the first token
   EXPECT_EQ(tok.decode(std::vector<TokenId>{0}), "\xE2\x81\x87 ");
   EXPECT_ERROR(tok.decode(std::vector<TokenId>{10}), ErrorKind::BadInput, "token 10");
+}
+
+TEST(SentencePiece, ANonFiniteScoreIsRefused) {
+  // A fuzzed tokenizer.model: a NaN score orders no merge, and the JSON form a model file keeps
+  // could not hold it (it would be written as null and not read back).
+  using P = SentencePieceTokenizer::PieceType;
+  SentencePieceTokenizer::Normalizer identity{"identity", "", true, true, true};
+  for (const float bad : {std::nanf(""), std::numeric_limits<float>::infinity()}) {
+    const std::vector<SentencePieceTokenizer::Piece> pieces{
+        {"<unk>", 0, P::Unknown}, {"a", -1, P::Normal}, {"b", bad, P::Normal}};
+    EXPECT_ERROR(SentencePieceTokenizer(pieces, identity, false), ErrorKind::BadInput, "piece 2", "'b'",
+                 "not a finite number");
+  }
+  // The same in a .model file: pieces "<unk>" (unknown) and "a" with the score bytes of a NaN.
+  const std::string model = std::string("\x0a\x0e\x0a\x05<unk>\x15\x00\x00\x00\x00\x18\x02", 16) +
+                            std::string(
+                                "\x0a\x0a\x0a\x01"
+                                "a"
+                                "\x15\x00\x00\xc0\x7f\x18\x01",
+                                12) +
+                            std::string("\x12\x02\x18\x02", 4);
+  EXPECT_ERROR(SentencePieceTokenizer::from_model_proto(model, "nan.model"), ErrorKind::BadFile, "piece 1", "nan.model",
+               "not a finite number");
 }
 
 TEST(SentencePiece, BrokenModelFilesAreErrorsNotCrashes) {

@@ -263,7 +263,9 @@ HttpHead parse_http_head(std::string_view head, const HttpLimits& limits, HttpRe
     return refuse(431, fmt::format("the headers are longer than {} bytes", limits.max_header_bytes));
   {
     const size_t s1 = line.find(' '), s2 = s1 == std::string_view::npos ? s1 : line.find(' ', s1 + 1);
-    if (s1 == std::string_view::npos || s2 == std::string_view::npos || line.find(' ', s2 + 1) != std::string::npos)
+    // An empty method (the line starts with a space) is as malformed as a missing part.
+    if (s1 == std::string_view::npos || s1 == 0 || s2 == std::string_view::npos ||
+        line.find(' ', s2 + 1) != std::string::npos)
       return refuse(400, "malformed request line (expected METHOD TARGET HTTP/1.x)");
     req.method = std::string(line.substr(0, s1));
     req.target = std::string(line.substr(s1 + 1, s2 - s1 - 1));

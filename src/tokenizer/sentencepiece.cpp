@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <queue>
@@ -164,6 +165,11 @@ void SentencePieceTokenizer::build() {
     const Piece& p = pieces_[i];
     const auto id = static_cast<TokenId>(i);
     if (p.text.empty()) fail_input(fmt::format("piece {}", i), "SentencePiece: piece {} is empty", i);
+    // A NaN or infinite score orders no merge, and the JSON form (a model file's tokenizer) could
+    // not hold it.
+    if (!std::isfinite(p.score))
+      fail_input(fmt::format("piece {}", i), "SentencePiece: piece {} '{}' has score {}, not a finite number", i,
+                 p.text, p.score);
     const bool mergeable =
         p.type == PieceType::Normal || p.type == PieceType::UserDefined || p.type == PieceType::Unused;
     auto& map = mergeable ? mergeable_ : reserved_;
@@ -203,7 +209,7 @@ void SentencePieceTokenizer::build() {
                  trie_bytes, blob.size());
     auto t = std::make_unique<Trie>();
     t->units.resize(trie_bytes / 4);
-    std::memcpy(t->units.data(), blob.data() + 4, trie_bytes);
+    if (trie_bytes > 0) std::memcpy(t->units.data(), blob.data() + 4, trie_bytes);  // an empty trie: no data()
     t->storage = blob.substr(4 + trie_bytes);
     if (t->storage.empty() || t->storage.back() != '\0') t->storage.push_back('\0');
     t->replacements = t->storage;
