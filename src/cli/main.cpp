@@ -8,6 +8,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "train/comm.h"
 
 int main(int argc, char** argv) {
   // A write beyond a file-size limit (ulimit -f, prlimit --fsize) then fails with EFBIG, which
@@ -26,6 +27,7 @@ int main(int argc, char** argv) {
     } catch (const CLI::ParseError& e) {
       return app.exit(e);
     }
+    tformer::Comm::world().finalize();  // MPI's end, when mpirun started this process
   } catch (const tformer::Error& e) {
     // Every kind of Error prints its message and exits 1 (scripts rely on the status).
     fmt::print(stderr, "tformer: error: {}\n", e.what());

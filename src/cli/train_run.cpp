@@ -10,13 +10,16 @@
 #include <filesystem>
 #include <memory>
 #include <string_view>
+#include <thread>
 
 #include "cli/progress.h"
 #include "core/error.h"
 #include "core/file_io.h"
+#include "core/hash.h"
 #include "core/threads.h"
 #include "io/safetensors.h"
 #include "model/checkpoint.h"
+#include "train/comm.h"
 #include "train/data.h"
 
 namespace tformer::cli {
@@ -59,9 +62,56 @@ DataLoadOptions data_load_options() {
   return d;
 }
 
+// --threads under mpirun: 0 divides this host's cores among its ranks.
+void set_threads(int threads, const Comm& comm) {
+  if (threads == 0 && comm.local_size() > 1)
+    threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / comm.local_size());
+  set_num_threads(threads);
+}
+
+// The training data on every process of the run: rank 0 tokenizes (writing the cache), then the
+// others read it (or tokenize on their own host when the run folder is not shared).
+Dataset load_run_data(const TrainOptions& o, const Tokenizer& tok, const Comm& comm_in) {
+  Comm& comm = const_cast<Comm&>(comm_in);
+  Dataset d;
+  if (comm.rank() == 0) d = load_dataset(o.data, o.val_data, o.val_fraction, tok, o.out, false, data_load_options());
+  comm.barrier(/*with_deadline=*/false);
+  if (comm.rank() != 0) d = load_dataset(o.data, o.val_data, o.val_fraction, tok, o.out, false);
+  return d;
+}
+
+// Every process must train the same run: the same options and the same tokens, checked by hash.
+void check_same_run(const TrainSession& s, Comm& comm) {
+  if (!comm.distributed()) return;
+  const uint64_t options = hash64(s.options().to_json().dump());
+  Hash64Stream h;
+  h.update(s.data().train.bytes());
+  h.update(s.data().val.bytes());
+  const uint64_t data = h.finish();
+  const auto all_options = comm.allgather(options), all_data = comm.allgather(data);
+  for (int q = 1; q < comm.size(); ++q) {
+    if (all_options[static_cast<size_t>(q)] != all_options[0])
+      fail_input("mpirun",
+                 "process {} was given other options than process 0 (their hashes differ): every process "
+                 "of the run must be started with the same flags",
+                 q);
+    if (all_data[static_cast<size_t>(q)] != all_data[0])
+      fail_input("mpirun",
+                 "process {} read other training data than process 0 (the token hashes differ): every "
+                 "process must see the same --data and --val-data files",
+                 q);
+  }
+}
+
 }  // namespace
 
 void run_training(TrainOptions o, const std::string& resume_dir, const std::vector<std::string>& given) {
+  Comm& comm = Comm::world();
+  const bool lead = comm.rank() == 0;
+  if (!lead) {  // only rank 0 prints progress and writes the run folder
+    std::fflush(stdout);
+    if (!std::freopen("/dev/null", "w", stdout)) fail_file("/dev/null", "cannot silence rank {}'s output", comm.rank());
+  }
   std::unique_ptr<TrainSession> session;
   const bool resuming = !resume_dir.empty();
   if (resuming) {
@@ -89,22 +139,22 @@ void run_training(TrainOptions o, const std::string& resume_dir, const std::vect
       if (now.contains(key)) saved[key] = now[key];
     if (!std::count(given.begin(), given.end(), std::string("out"))) saved["out"] = resume_dir;
     o = TrainOptions::from_json(saved, ckpt + ": train_state options");
-    set_num_threads(o.threads);
+    set_threads(o.threads, comm);
     ModelConfig config = ModelConfig::from_json(nlohmann::json::parse(meta.at("config")), ckpt + ": config");
     auto tok = tokenizer_from_json(nlohmann::json::parse(meta.at("tokenizer")));
-    Dataset data = load_dataset(o.data, o.val_data, o.val_fraction, *tok, o.out, false, data_load_options());
+    Dataset data = load_run_data(o, *tok, comm);
     session = std::make_unique<TrainSession>(o, config, std::move(tok), std::move(data));
     session->load_checkpoint(ckpt);
     if (const auto it = meta.find("chat_template"); it != meta.end()) session->set_chat_template(it->second);
     if (session->current_step() >= o.steps)
       fail_input("--steps", "{} already holds step {}; pass a larger --steps to continue", ckpt,
                  session->current_step());
-    truncate_metrics_after((fs::path(o.out) / "metrics.jsonl").string(), session->current_step());
+    if (lead) truncate_metrics_after((fs::path(o.out) / "metrics.jsonl").string(), session->current_step());
   } else {
     if (o.data.empty()) fail_input("--data", "--data is required");
     if (o.out.empty()) fail_input("--out", "--out is required");
     o.validate();
-    set_num_threads(o.threads);
+    set_threads(o.threads, comm);
     if (fs::exists(fs::path(o.out) / "checkpoint.safetensors"))
       fail_input("--out", "{} already holds a training run; continue it with --resume {} or choose another --out",
                  o.out, o.out);
@@ -141,10 +191,10 @@ void run_training(TrainOptions o, const std::string& resume_dir, const std::vect
       fail_input("--context", "--context {} exceeds the config's context_length {}", o.context, config.context_length);
     // The token cache goes into the run folder; a split too small for the context is only known
     // once tokenized, so a folder this run created is removed again when the set-up fails.
-    const bool created = !fs::exists(o.out);
-    fs::create_directories(o.out);
+    const bool created = lead && !fs::exists(o.out);
+    if (lead) fs::create_directories(o.out);
     try {
-      Dataset data = load_dataset(o.data, o.val_data, o.val_fraction, *tok, o.out, false, data_load_options());
+      Dataset data = load_run_data(o, *tok, comm);
       session = std::make_unique<TrainSession>(o, config, std::move(tok), std::move(data));
       if (init.model) {
         session->init_weights_from(*init.model);
@@ -156,18 +206,20 @@ void run_training(TrainOptions o, const std::string& resume_dir, const std::vect
       throw;
     }
     std::error_code ec;
-    fs::remove(fs::path(o.out) / "metrics.jsonl", ec);
+    if (lead) fs::remove(fs::path(o.out) / "metrics.jsonl", ec);
   }
+  check_same_run(*session, comm);
   TrainSession& s = *session;
   const TrainOptions& opt = s.options();
   const std::string out = opt.out;
   // Temporary files of an earlier run killed while writing a file of the run folder (the atomic
   // writers' "<target>.tmp.<pid>.<...>", core/file_io.h): never read, removed here so they do not
   // pile up -- unless their process is still alive (another run writing into this folder right now).
-  remove_stale_temporaries(out, [](std::string_view target) {
-    return target == "checkpoint.safetensors" || target == "model.safetensors" || target == "metrics.jsonl" ||
-           (target.starts_with("tokens-") && target.ends_with(".bin"));
-  });
+  if (lead)
+    remove_stale_temporaries(out, [](std::string_view target) {
+      return target == "checkpoint.safetensors" || target == "model.safetensors" || target == "metrics.jsonl" ||
+             (target.starts_with("tokens-") && target.ends_with(".bin"));
+    });
   const std::string metrics = (fs::path(out) / "metrics.jsonl").string();
   const std::string ckpt = (fs::path(out) / "checkpoint.safetensors").string();
   const std::string model_path = (fs::path(out) / "model.safetensors").string();
@@ -178,8 +230,11 @@ void run_training(TrainOptions o, const std::string& resume_dir, const std::vect
              s.model().config().vocab_size, opt.tokenizer);
   fmt::print("data: train {} tokens ({}), validation {} tokens{}\n", s.data().train.size(), s.data().train_source,
              s.data().val.size(), s.data().val_source.empty() ? "" : " (" + s.data().val_source + ")");
-  fmt::print("{} steps x {} tokens ({} x {} x {} accumulated), {} threads{}\n", opt.steps, s.tokens_per_step(),
+  fmt::print("{} steps x {} tokens ({} x {} x {} accumulated), {} threads{}{}\n", opt.steps, s.tokens_per_step(),
              opt.batch, s.tokens_per_step() / opt.batch / opt.grad_accum, opt.grad_accum, num_threads(),
+             comm.distributed() ? fmt::format(" in each of {} processes ({} micro-batches each)", comm.size(),
+                                              opt.grad_accum / comm.size())
+                                : "",
              resuming ? fmt::format("; resumed at step {}", s.current_step()) : "");
   std::fflush(stdout);
 
@@ -192,13 +247,13 @@ void run_training(TrainOptions o, const std::string& resume_dir, const std::vect
     rec["grad_norm"] = last_step.grad_norm;  // before clipping, of the last step
     rec["tokens_per_s"] = tokens_per_s;
     rec["elapsed_s"] = elapsed;
-    append_metrics(metrics, rec);
+    if (lead) append_metrics(metrics, rec);
     progress.message(std::isnan(e.val_loss) ? fmt::format("step {}: train loss {:.4f}", s.current_step(), e.train_loss)
                                             : fmt::format("step {}: train loss {:.4f}, val loss {:.4f}",
                                                           s.current_step(), e.train_loss, e.val_loss));
   };
 
-  Progress progress(opt.steps);
+  Progress progress(opt.steps, /*force_plain=*/!lead);
   const auto t0 = Clock::now();
   if (!resuming && eval_every > 0) evaluate(progress, 0, 0);
   std::vector<double> step_seconds;
@@ -225,7 +280,7 @@ void run_training(TrainOptions o, const std::string& resume_dir, const std::vect
     }
     const double tps = static_cast<double>(step_seconds.size() * s.tokens_per_step()) / train_seconds;
     if ((eval_every > 0 && step % eval_every == 0) || last) evaluate(progress, tps, seconds_since(t0));
-    if ((ckpt_every > 0 && step % ckpt_every == 0) || last) s.save_run(ckpt, model_path);
+    if (((ckpt_every > 0 && step % ckpt_every == 0) || last) && lead) s.save_run(ckpt, model_path);
   }
   progress.finish();
   const double med = median(step_seconds);

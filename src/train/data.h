@@ -81,6 +81,8 @@ class TokenArray {
   size_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
   int width() const { return width_; }
+  // The stored bytes (size() x width(), little-endian).
+  std::string_view bytes() const { return {reinterpret_cast<const char*>(data_), size_ * static_cast<size_t>(width_)}; }
   TokenId operator[](size_t i) const {
     if (width_ == 1) return static_cast<TokenId>(data_[i]);
     if (width_ == 2) {

@@ -180,10 +180,47 @@ TrainSession::TrainSession(TrainOptions options, const ModelConfig& config, std:
   // included).
   if (!data_.val.empty() || !options_.val_data.empty() || options_.val_fraction > 0)
     BatchSampler(data_.val, options_.batch, context_, options_.seed, "validation", data_.val_source);
-  tree_levels_.reserve(64);  // a tree over at most 2^63 micro-batches: no allocation per step
+  tree_nodes_.reserve(64);  // a tree over at most 2^63 micro-batches: no allocation per step
+  comm_ = &Comm::world();
+  if (options_.grad_accum % comm_->size() != 0)
+    fail_input("--grad-accum",
+               "--grad-accum {} is not a multiple of the {} processes of this run (mpirun -np {}): each process "
+               "computes --grad-accum / N of a step's micro-batches",
+               options_.grad_accum, comm_->size(), comm_->size());
+  micro_losses_.assign(static_cast<size_t>(options_.grad_accum / comm_->size()), 0.0);
   inputs_.resize(options_.batch * context_);
   targets_.resize(options_.batch * context_);
 }
+
+namespace {
+
+using TreeNode = AccumulationNode;
+
+// Whether a and b (a first) are the two halves of one node: the same size, a aligned to twice it.
+bool siblings(const TreeNode& a, const TreeNode& b) {
+  return a.level == b.level && ((a.start >> a.level) & 1) == 0 && b.start == a.start + (int64_t{1} << a.level);
+}
+
+// The nodes a process holding micro-batches [first, last) ends with: its leaves pushed in order,
+// siblings merged (all of [0, k) for one process: one node per binary digit of k).
+std::vector<TreeNode> block_nodes(int64_t first, int64_t last) {
+  std::vector<TreeNode> s;
+  for (int64_t m = first; m < last; ++m) {
+    s.push_back({m, 0});
+    while (s.size() >= 2 && siblings(s[s.size() - 2], s.back())) {
+      s.pop_back();
+      ++s.back().level;
+    }
+  }
+  return s;
+}
+
+// x[i] += y[i] for n floats.
+void add_floats(float* x, const float* y, int64_t n) {
+  parallel_for(n, n >= (1 << 16), [&](int64_t i) { x[i] += y[i]; });
+}
+
+}  // namespace
 
 StepResult TrainSession::step() {
   Arena& params = model_->params();
@@ -194,10 +231,12 @@ StepResult TrainSession::step() {
   StepResult r;
   r.lr = learning_rate(schedule, step_);
   const bool dropout = model_->config().dropout > 0;
-  // The accumulation tree (trainer.h): stack[i] is a node of `levels[i]` levels held in buffer i
-  // (buffer 0 is grads_, so the sum ends there).
-  std::vector<int>& levels = tree_levels_;
-  levels.clear();
+  // This process's micro-batches: all k, or its block of k / N under mpirun. Every process draws
+  // every window (the sampler's state stays the same everywhere) and computes only its own.
+  const int64_t n_proc = comm_->size(), per = k / n_proc, first = comm_->rank() * per, last = first + per;
+  // The accumulation tree (trainer.h): nodes_[i] is held in buffer i (buffer 0 is grads_).
+  std::vector<TreeNode>& nodes = tree_nodes_;
+  nodes.clear();
   auto buffer = [&](size_t i) -> Arena& {
     if (i == 0) return grads_;
     while (partials_.size() < i) {
@@ -208,9 +247,10 @@ StepResult TrainSession::step() {
   };
   for (int64_t micro = 0; micro < k; ++micro) {
     sampler_->next(inputs_.data(), targets_.data());
+    if (micro < first || micro >= last) continue;
     const uint64_t seed = mix64(options_.seed ^ mix64(kDropoutStream + static_cast<uint64_t>(step_ * k + micro)));
     const double loss = graph_->forward(params, inputs_.data(), targets_.data(), dropout, seed);
-    if (!std::isfinite(loss)) {
+    if (!std::isfinite(loss) && n_proc == 1) {
       // A weight first; with every weight finite, the activation where the forward overflowed.
       std::string bad = first_non_finite(params);
       if (bad.empty()) {
@@ -223,19 +263,34 @@ StepResult TrainSession::step() {
                  "is intact",
                  step_ + 1, loss, bad);
     }
-    Arena& leaf = buffer(levels.size());
-    if (!levels.empty()) zero_arena(leaf);  // grads_ was zeroed above
+    micro_losses_[static_cast<size_t>(micro - first)] = loss;
+    Arena& leaf = buffer(nodes.size());
+    if (!nodes.empty()) zero_arena(leaf);  // grads_ was zeroed above
     graph_->backward(params, leaf, 1.0f / static_cast<float>(k));
-    levels.push_back(0);
-    while (levels.size() >= 2 && levels[levels.size() - 1] == levels[levels.size() - 2]) {
-      add_into(buffer(levels.size() - 2), buffer(levels.size() - 1));
-      levels.pop_back();
-      ++levels.back();
+    nodes.push_back({micro, 0});
+    while (nodes.size() >= 2 && siblings(nodes[nodes.size() - 2], nodes.back())) {
+      add_into(buffer(nodes.size() - 2), buffer(nodes.size() - 1));
+      nodes.pop_back();
+      ++nodes.back().level;
     }
-    r.loss += loss / static_cast<double>(k);
   }
-  // The nodes left (one per binary digit of k, largest first), folded from the right.
-  for (; levels.size() >= 2; levels.pop_back()) add_into(buffer(levels.size() - 2), buffer(levels.size() - 1));
+  if (n_proc == 1) {
+    for (int64_t m = 0; m < k; ++m) r.loss += micro_losses_[static_cast<size_t>(m)] / static_cast<double>(k);
+    // The nodes left (one per binary digit of k, largest first), folded from the right.
+    for (; nodes.size() >= 2; nodes.pop_back()) add_into(buffer(nodes.size() - 2), buffer(nodes.size() - 1));
+  } else {
+    // Every micro-batch's loss, in order, everywhere; the mean summed as one process sums it.
+    const std::vector<double> all = comm_->allgather(micro_losses_);
+    for (int64_t m = 0; m < k; ++m) r.loss += all[static_cast<size_t>(m)] / static_cast<double>(k);
+    for (int64_t m = 0; m < k; ++m)
+      if (!std::isfinite(all[static_cast<size_t>(m)]))
+        fail_input(fmt::format("step {}", step_ + 1),
+                   "step {}: the loss of micro-batch {} (process {}) is {}; first non-finite weight: {}. Nothing "
+                   "was updated; the last checkpoint is intact",
+                   step_ + 1, m, m / per, all[static_cast<size_t>(m)],
+                   first_non_finite(params).empty() ? "none" : first_non_finite(params));
+    reduce_gradients(per);
+  }
   r.grad_norm = clip_grad_norm(grads_, options_.grad_clip);
   if (!std::isfinite(r.grad_norm))
     fail_input(fmt::format("step {}", step_ + 1),
@@ -245,6 +300,84 @@ StepResult TrainSession::step() {
   opt_->step(params, grads_, r.lr);
   ++step_;
   return r;
+}
+
+// The gradient sum across the processes, in the tree one process uses (trainer.h). Process q
+// holds the nodes block_nodes(q * per, (q + 1) * per) (one when per is a power of two) in its
+// buffers. The gradient is cut into N slices; process s receives slice s of every node of every
+// process (all-to-all), runs the tree over them in micro-batch order (merging siblings, then
+// folding from the right), and the reduced slices are gathered everywhere (all-gather). Each
+// process sends and receives 2 (N - 1) / N of the gradient per node it holds, as a ring
+// all-reduce does, and every addition is the one a single process makes.
+void TrainSession::reduce_gradients(int64_t per) {
+  const int n_proc = comm_->size(), me = comm_->rank();
+  const int64_t n = grads_.size();
+  std::vector<int64_t> off(static_cast<size_t>(n_proc) + 1), cnt(static_cast<size_t>(n_proc));
+  for (int q = 0; q <= n_proc; ++q) off[static_cast<size_t>(q)] = n * q / n_proc;
+  for (int q = 0; q < n_proc; ++q)
+    cnt[static_cast<size_t>(q)] = off[static_cast<size_t>(q) + 1] - off[static_cast<size_t>(q)];
+  std::vector<std::vector<TreeNode>> held(static_cast<size_t>(n_proc));
+  int64_t total_nodes = 0;
+  for (int q = 0; q < n_proc; ++q) {
+    held[static_cast<size_t>(q)] = block_nodes(q * per, (q + 1) * per);
+    total_nodes += static_cast<int64_t>(held[static_cast<size_t>(q)].size());
+  }
+  const std::vector<TreeNode>& mine = tree_nodes_;
+  TF_CHECK(mine.size() == held[static_cast<size_t>(me)].size(), "reduce_gradients: {} nodes, expected {}", mine.size(),
+           held[static_cast<size_t>(me)].size());
+  const int64_t own = static_cast<int64_t>(mine.size());
+  std::vector<int64_t> send_counts(static_cast<size_t>(n_proc)), send_offsets(static_cast<size_t>(n_proc));
+  const float* send = grads_.data();
+  if (own == 1) {  // straight from the gradient buffer
+    for (int q = 0; q < n_proc; ++q) {
+      send_counts[static_cast<size_t>(q)] = cnt[static_cast<size_t>(q)];
+      send_offsets[static_cast<size_t>(q)] = off[static_cast<size_t>(q)];
+    }
+  } else {  // packed: for each destination, its slice of each node in order
+    send_buf_.resize(static_cast<size_t>(own * n));
+    int64_t at = 0;
+    for (int q = 0; q < n_proc; ++q) {
+      send_offsets[static_cast<size_t>(q)] = at;
+      send_counts[static_cast<size_t>(q)] = own * cnt[static_cast<size_t>(q)];
+      for (int64_t i = 0; i < own; ++i) {
+        const float* src =
+            (i == 0 ? grads_ : *partials_[static_cast<size_t>(i - 1)]).data() + off[static_cast<size_t>(q)];
+        std::copy(src, src + cnt[static_cast<size_t>(q)], send_buf_.data() + at);
+        at += cnt[static_cast<size_t>(q)];
+      }
+    }
+    send = send_buf_.data();
+  }
+  const int64_t slice = cnt[static_cast<size_t>(me)];
+  std::vector<int64_t> recv_counts(static_cast<size_t>(n_proc)), recv_offsets(static_cast<size_t>(n_proc));
+  int64_t at = 0;
+  for (int q = 0; q < n_proc; ++q) {
+    recv_offsets[static_cast<size_t>(q)] = at;
+    recv_counts[static_cast<size_t>(q)] = static_cast<int64_t>(held[static_cast<size_t>(q)].size()) * slice;
+    at += recv_counts[static_cast<size_t>(q)];
+  }
+  recv_buf_.resize(static_cast<size_t>(total_nodes * slice));
+  comm_->alltoallv(send, send_counts, send_offsets, recv_buf_.data(), recv_counts, recv_offsets);
+  // The tree over every node's slice, in micro-batch order; stack[i] is the i-th received node.
+  std::vector<TreeNode> stack;
+  std::vector<float*> data;
+  int64_t index = 0;
+  for (int q = 0; q < n_proc; ++q)
+    for (const TreeNode& node : held[static_cast<size_t>(q)]) {
+      stack.push_back(node);
+      data.push_back(recv_buf_.data() + index * slice);
+      ++index;
+      while (stack.size() >= 2 && siblings(stack[stack.size() - 2], stack.back())) {
+        add_floats(data[data.size() - 2], data.back(), slice);
+        stack.pop_back();
+        data.pop_back();
+        ++stack.back().level;
+      }
+    }
+  for (; data.size() >= 2; data.pop_back()) add_floats(data[data.size() - 2], data.back(), slice);
+  std::copy(data[0], data[0] + slice, grads_.data() + off[static_cast<size_t>(me)]);
+  off.pop_back();
+  comm_->allgatherv(grads_.data(), cnt, off);
 }
 
 EvalResult TrainSession::evaluate() {

@@ -28,6 +28,7 @@
 
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
+#include "train/comm.h"
 #include "train/data.h"
 #include "train/graph.h"
 #include "train/optimizer.h"
@@ -67,6 +68,13 @@ struct EvalResult {
   double val_loss = 0;  // NaN when there is no validation split
 };
 
+// A node of the micro-batch accumulation tree (TrainSession::step): the sum of the micro-batches
+// [start, start + 2^level).
+struct AccumulationNode {
+  int64_t start;
+  int level;
+};
+
 class TrainSession {
  public:
   // A fresh run: the model initialised with GPT-2's scheme from options.seed. config must have
@@ -89,6 +97,11 @@ class TrainSession {
   // K = 4: (g0 + g1) + (g2 + g3); K = 6: ((g0 + g1) + (g2 + g3)) + (g4 + g5); K = 7:
   // ((g0 + g1) + (g2 + g3)) + ((g4 + g5) + g6). It holds at most floor(log2 K) gradient buffers
   // beside the gradient (allocated at the first step that needs them).
+  //
+  // Under mpirun (N = Comm::world().size() > 1, K a multiple of N), process r computes the
+  // micro-batches [r K / N, (r + 1) K / N) and the processes combine their nodes of the same tree
+  // (reduce_gradients): the loss, the gradient and so the weights are those of one process, bit
+  // for bit, on every process.
   StepResult step();
   // The gradient of the last step, after clipping (tests).
   const Arena& gradients() const { return grads_; }
@@ -126,7 +139,11 @@ class TrainSession {
   int64_t context_;
   Arena grads_;
   std::vector<std::unique_ptr<Arena>> partials_;  // the accumulation tree's other buffers (step())
-  std::vector<int> tree_levels_;                  // its open nodes' levels
+  std::vector<AccumulationNode> tree_nodes_;      // its open nodes
+  std::vector<double> micro_losses_;              // this process's micro-batches' losses, in order
+  Comm* comm_ = nullptr;                          // the processes of the run (one unless mpirun)
+  std::vector<float> send_buf_, recv_buf_;        // reduce_gradients' (allocated at the first step)
+  void reduce_gradients(int64_t per);
   std::unique_ptr<AdamW> opt_;
   std::unique_ptr<TrainGraph<float>> graph_;
   std::unique_ptr<BatchSampler> sampler_;

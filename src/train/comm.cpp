@@ -1,0 +1,239 @@
+#include "train/comm.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+
+#include "core/error.h"
+
+#ifdef TFORMER_HAVE_MPI
+#define OMPI_SKIP_MPICXX 1  // the C interface only
+#define MPICH_SKIP_MPICXX 1
+#include <mpi.h>
+#endif
+
+namespace tformer {
+
+namespace {
+
+// Started by mpirun (Open MPI's launcher sets these; PMIx's for other launchers such as srun).
+bool started_by_mpirun() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK"})
+    if (std::getenv(v)) return true;
+  return false;
+}
+
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return fallback;
+  char* end = nullptr;
+  const long x = std::strtol(v, &end, 10);
+  return end && *end == '\0' && x > 0 ? static_cast<int>(x) : fallback;
+}
+
+#ifdef TFORMER_HAVE_MPI
+constexpr int kArrivalTag = 7701;  // a rank tells rank 0 it entered collective #c
+#endif
+
+}  // namespace
+
+Comm& Comm::world() {
+  static Comm* comm = [] {
+    auto* c = new Comm();  // never destroyed: finalize() ends MPI
+    if (const char* t = std::getenv("TFORMER_MPI_TIMEOUT")) {
+      char* end = nullptr;
+      const double v = std::strtod(t, &end);
+      if (end && *end == '\0' && v > 0) c->timeout_ = v;
+    }
+    if (!started_by_mpirun()) return c;
+#ifdef TFORMER_HAVE_MPI
+    int provided = 0;
+    MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &c->rank_);
+    MPI_Comm_size(MPI_COMM_WORLD, &c->size_);
+    c->local_size_ = env_int("OMPI_COMM_WORLD_LOCAL_SIZE", 1);
+    c->mpi_ = true;
+#else
+    if (env_int("OMPI_COMM_WORLD_SIZE", 1) > 1)
+      fail_input("mpirun",
+                 "this tformer was built without MPI (no libopenmpi-dev when it was configured), so it "
+                 "cannot run under mpirun; install libopenmpi-dev and rebuild");
+#endif
+    return c;
+  }();
+  return *comm;
+}
+
+#ifdef TFORMER_HAVE_MPI
+
+void Comm::wait(void* request, const char* what, bool with_deadline) {
+  auto* req = static_cast<MPI_Request*>(request);
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<int64_t> last_seen(static_cast<size_t>(size_), -1);
+  last_seen[static_cast<size_t>(rank_)] = collectives_;
+  for (int spin = 0;; ++spin) {
+    int done = 0;
+    MPI_Test(req, &done, MPI_STATUS_IGNORE);
+    if (done) break;
+    // Rank 0 drains the other ranks' arrival notes as they come (each a collective's number), and
+    // rank 1 rank 0's.
+    if (rank_ <= 1) {
+      for (;;) {
+        int flag = 0;
+        MPI_Status st;
+        MPI_Iprobe(MPI_ANY_SOURCE, kArrivalTag, MPI_COMM_WORLD, &flag, &st);
+        if (!flag) break;
+        int64_t c = 0;
+        MPI_Recv(&c, 1, MPI_INT64_T, st.MPI_SOURCE, kArrivalTag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        last_seen[static_cast<size_t>(st.MPI_SOURCE)] = c;
+      }
+    }
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (with_deadline && waited > timeout_) {
+      std::string culprits;
+      if (rank_ <= 1)
+        for (int q = 0; q < (rank_ == 0 ? size_ : 1); ++q)
+          if (last_seen[static_cast<size_t>(q)] < collectives_)
+            culprits += fmt::format("{}{}", culprits.empty() ? "" : ", ", q);
+      std::fprintf(stderr,
+                   "tformer: error: rank %d: no answer within %.0f s in %s (collective #%lld)%s; ending the job\n",
+                   rank_, timeout_, what, static_cast<long long>(collectives_),
+                   culprits.empty()
+                       ? ""
+                       : fmt::format(": rank {} stopped answering (stopped, hung or unreachable)", culprits).c_str());
+      std::fflush(stderr);
+      MPI_Abort(MPI_COMM_WORLD, 3);
+    }
+    if (spin > 1000) std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  // The arrival notes of this collective that came after it completed.
+  if (rank_ <= 1)
+    for (;;) {
+      int flag = 0;
+      MPI_Status st;
+      MPI_Iprobe(MPI_ANY_SOURCE, kArrivalTag, MPI_COMM_WORLD, &flag, &st);
+      if (!flag) break;
+      int64_t c = 0;
+      MPI_Recv(&c, 1, MPI_INT64_T, st.MPI_SOURCE, kArrivalTag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    }
+}
+
+// Before each collective, a rank tells rank 0 that it has entered it (and rank 0 tells rank 1), so
+// that the rank that times out can name who never arrived. The note is sent without waiting
+// (MPI_Isend, its request freed) from a ring of buffers that outlives its delivery.
+void Comm::arrive() {
+  ++collectives_;
+  static int64_t ring[4096];
+  int64_t& note = ring[collectives_ % 4096];
+  note = collectives_;
+  const int to = rank_ == 0 ? 1 : 0;
+  if (size_ < 2) return;
+  MPI_Request r;
+  MPI_Isend(&note, 1, MPI_INT64_T, to, kArrivalTag, MPI_COMM_WORLD, &r);
+  MPI_Request_free(&r);
+}
+#define TFORMER_ARRIVE() arrive()
+
+void Comm::barrier(bool with_deadline) {
+  if (!mpi_) return;
+  TFORMER_ARRIVE();
+  MPI_Request r;
+  MPI_Ibarrier(MPI_COMM_WORLD, &r);
+  wait(&r, "a barrier", with_deadline);
+}
+
+std::vector<uint64_t> Comm::allgather(uint64_t value) {
+  std::vector<uint64_t> all(static_cast<size_t>(size_), value);
+  if (!mpi_) return all;
+  TFORMER_ARRIVE();
+  MPI_Request r;
+  MPI_Iallgather(&value, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, MPI_COMM_WORLD, &r);
+  wait(&r, "an allgather");
+  return all;
+}
+
+std::vector<double> Comm::allgather(const std::vector<double>& mine) {
+  if (!mpi_) return mine;
+  std::vector<double> all(mine.size() * static_cast<size_t>(size_));
+  TFORMER_ARRIVE();
+  MPI_Request r;
+  MPI_Iallgather(mine.data(), static_cast<int>(mine.size()), MPI_DOUBLE, all.data(), static_cast<int>(mine.size()),
+                 MPI_DOUBLE, MPI_COMM_WORLD, &r);
+  wait(&r, "an allgather of the losses");
+  return all;
+}
+
+void Comm::alltoallv(const float* send, const std::vector<int64_t>& send_counts,
+                     const std::vector<int64_t>& send_offsets, float* recv, const std::vector<int64_t>& recv_counts,
+                     const std::vector<int64_t>& recv_offsets) {
+  if (!mpi_) {
+    std::copy(send + send_offsets[0], send + send_offsets[0] + send_counts[0], recv + recv_offsets[0]);
+    return;
+  }
+  // Counts and offsets in floats, each within an int (MPI's; 2^31 floats are 8 GiB).
+  std::vector<int> sc(static_cast<size_t>(size_)), rc(sc.size()), so(sc.size()), ro(sc.size());
+  for (size_t q = 0; q < sc.size(); ++q) {
+    for (int64_t v : {send_counts[q], recv_counts[q], send_offsets[q], recv_offsets[q]})
+      TF_CHECK(v >= 0 && v < (int64_t{1} << 31), "alltoallv: {} floats do not fit an MPI count", v);
+    sc[q] = static_cast<int>(send_counts[q]);
+    rc[q] = static_cast<int>(recv_counts[q]);
+    so[q] = static_cast<int>(send_offsets[q]);
+    ro[q] = static_cast<int>(recv_offsets[q]);
+  }
+  TFORMER_ARRIVE();
+  MPI_Request r;
+  MPI_Ialltoallv(send, sc.data(), so.data(), MPI_FLOAT, recv, rc.data(), ro.data(), MPI_FLOAT, MPI_COMM_WORLD, &r);
+  wait(&r, "the gradient exchange (all-to-all)");
+}
+
+void Comm::allgatherv(float* data, const std::vector<int64_t>& counts, const std::vector<int64_t>& offsets) {
+  if (!mpi_) return;
+  std::vector<int> c(static_cast<size_t>(size_)), o(static_cast<size_t>(size_));
+  for (size_t q = 0; q < c.size(); ++q) {
+    TF_CHECK(counts[q] < (int64_t{1} << 31) && offsets[q] < (int64_t{1} << 31),
+             "allgatherv: {} floats at {} do not fit an MPI count", counts[q], offsets[q]);
+    c[q] = static_cast<int>(counts[q]);
+    o[q] = static_cast<int>(offsets[q]);
+  }
+  TFORMER_ARRIVE();
+  MPI_Request r;
+  MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, data, c.data(), o.data(), MPI_FLOAT, MPI_COMM_WORLD, &r);
+  wait(&r, "the gradient gather (all-gather)");
+}
+
+void Comm::abort(int status) {
+  if (mpi_) MPI_Abort(MPI_COMM_WORLD, status);
+  std::exit(status);
+}
+
+void Comm::finalize() {
+  if (!mpi_) return;
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+  mpi_ = false;
+}
+
+#else  // one process: every collective is the identity
+
+void Comm::wait(void*, const char*, bool) {}
+void Comm::arrive() {}
+void Comm::barrier(bool) {}
+std::vector<uint64_t> Comm::allgather(uint64_t value) { return {value}; }
+std::vector<double> Comm::allgather(const std::vector<double>& mine) { return mine; }
+void Comm::alltoallv(const float* send, const std::vector<int64_t>& send_counts,
+                     const std::vector<int64_t>& send_offsets, float* recv, const std::vector<int64_t>&,
+                     const std::vector<int64_t>& recv_offsets) {
+  std::copy(send + send_offsets[0], send + send_offsets[0] + send_counts[0], recv + recv_offsets[0]);
+}
+void Comm::allgatherv(float*, const std::vector<int64_t>&, const std::vector<int64_t>&) {}
+void Comm::abort(int status) { std::exit(status); }
+void Comm::finalize() {}
+
+#endif
+
+}  // namespace tformer

@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# Data-parallel training under Open MPI on loopback (ctest "cli.mpi", label cli; docs/distributed.md):
+#   * mpirun -np 2 and -np 4 with --grad-accum 4, dropout and clipping active: every step's loss, the
+#     final model and the checkpoint's tensors equal one process's, bit for bit; -np 2 and -np 3 with
+#     --grad-accum 6 (blocks of 3 and 2: nodes of the tree that are not powers of two) likewise;
+#   * 2 processes x 1 thread equal 1 process x 2 threads; --threads 0 divides the cores;
+#   * a 2-process checkpoint resumed with 1 and with 4 processes continues exactly;
+#   * --grad-accum not a multiple of N, and ranks given other options or other data, refused by name;
+#   * a rank killed with SIGKILL ends the job within seconds, non-zero, naming the rank; a rank
+#     stopped with SIGSTOP is named by tformer's own watchdog (TFORMER_MPI_TIMEOUT) and the job
+#     ends; in both cases the last checkpoint is intact and --resume continues from it.
+# Exit 77 (ctest: skipped) when mpirun is missing or tformer was built without MPI.
+#   tests/cli/mpi_test.sh PATH/TO/tformer
+set -uo pipefail
+tf="$1"
+here="$(cd "$(dirname "$0")/.." && pwd)"   # tests/
+command -v mpirun > /dev/null || { echo "mpi_test: skipped: no mpirun (scripts/install-deps.sh installs openmpi-bin)"; exit 77; }
+tmp="${TFORMER_TEST_TMP:-$(mktemp -d)}"
+[[ -n "${TFORMER_TEST_TMP:-}" ]] || trap 'rm -rf "$tmp"' EXIT
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+mpi=(mpirun --oversubscribe --bind-to none --mca btl self,tcp --mca btl_tcp_if_include lo)
+passed=0
+failed=0
+check() {  # check NAME COMMAND...: the command must succeed
+  local name="$1"; shift
+  if "$@"; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAILED: $name"; fi
+}
+
+data="$here/fixtures/tinyshakespeare_100k.txt"
+cat > "$tmp/tiny.json" <<'JSON'
+{"context_length": 32, "d_model": 32, "n_layers": 2, "n_heads": 4, "dropout": 0.1}
+JSON
+base=(--data "$data" --val-fraction 0.1 --tokenizer char --config "$tmp/tiny.json" --batch 2 --context 32
+      --lr 3e-3 --grad-clip 0.5 --eval-every 8 --eval-steps 2 --log-every 1 --seed 5)
+# Built without MPI: tformer refuses to run under mpirun, saying so.
+"${mpi[@]}" -np 2 "$tf" train "${base[@]}" --grad-accum 2 --steps 1 --out "$tmp/probe" > "$tmp/probe.log" 2>&1
+if grep -q "built without MPI" "$tmp/probe.log"; then
+  echo "mpi_test: skipped: this tformer was built without MPI"; exit 77
+fi
+steps_of() { grep -o '^step [0-9]*/[0-9]* loss [0-9.]*' "$1" | sed 's|/[0-9]* | |' | sort -n -k2 -u; }
+tensors() {  # the data buffer of a safetensors file (the header names the run folder, which differs)
+  local n; n=$(od -An -tu8 -N8 "$1" | tr -d ' ')
+  tail -c +$((9 + n)) "$1"
+}
+same_run() {  # same_run NAME A B: equal losses, models and checkpoint tensors
+  check "$1: every step's loss equal" cmp -s <(steps_of "$2.log") <(steps_of "$3.log")
+  check "$1: the final model is byte-identical" cmp -s "$2/model.safetensors" "$3/model.safetensors"
+  check "$1: the checkpoint's tensors are byte-identical" \
+    cmp -s <(tensors "$2/checkpoint.safetensors") <(tensors "$3/checkpoint.safetensors")
+}
+
+for k in 4 6; do
+  "$tf" train "${base[@]}" --grad-accum $k --steps 24 --decay-steps 24 --threads 1 --out "$tmp/one$k" > "$tmp/one$k.log" 2>&1
+  check "K=$k: one process exits 0" test $? -eq 0
+done
+for case in "4 2" "4 4" "6 2" "6 3"; do
+  read -r k n <<< "$case"
+  "${mpi[@]}" -np $n "$tf" train "${base[@]}" --grad-accum $k --steps 24 --decay-steps 24 --threads 1 --out "$tmp/np$n-$k" \
+    > "$tmp/np$n-$k.log" 2>&1
+  check "K=$k, $n processes: exit 0" test $? -eq 0
+  check "K=$k, $n processes: the log says so" grep -q "1 threads in each of $n processes ($((k / n)) micro-batches each)" "$tmp/np$n-$k.log"
+  same_run "K=$k, $n processes against one" "$tmp/one$k" "$tmp/np$n-$k"
+done
+check "only rank 0 prints: one progress line per step" test "$(grep -c '^step [0-9]*/24 loss' "$tmp/np4-4.log")" -eq 24
+
+# Threads: 1 process x 2 threads, 2 processes x --threads 0 (the cores divided: 1 each here).
+"$tf" train "${base[@]}" --grad-accum 4 --steps 24 --decay-steps 24 --threads 2 --out "$tmp/t2" > "$tmp/t2.log" 2>&1
+same_run "1 process x 2 threads against 1 x 1" "$tmp/one4" "$tmp/t2"
+"${mpi[@]}" -np 2 "$tf" train "${base[@]}" --grad-accum 4 --steps 24 --decay-steps 24 --threads 0 --out "$tmp/t0" > "$tmp/t0.log" 2>&1
+check "--threads 0 under mpirun -np 2 on $(nproc) cores: $(($(nproc) / 2 > 0 ? $(nproc) / 2 : 1)) each" \
+  grep -q "$(($(nproc) / 2 > 0 ? $(nproc) / 2 : 1)) threads in each of 2 processes" "$tmp/t0.log"
+same_run "2 processes x --threads 0 against 1 x 1" "$tmp/one4" "$tmp/t0"
+
+# Resume a 2-process checkpoint (step 12) with 1 and with 4 processes.
+"${mpi[@]}" -np 2 "$tf" train "${base[@]}" --grad-accum 4 --steps 12 --decay-steps 24 --threads 1 --out "$tmp/r1" > "$tmp/r.log" 2>&1
+check "the 2-process half exits 0" test $? -eq 0
+cp -r "$tmp/r1" "$tmp/r4"
+"$tf" train --resume "$tmp/r1" --steps 24 > "$tmp/r1.log" 2>&1
+check "resumed with 1 process: exit 0" test $? -eq 0
+cat "$tmp/r.log" >> "$tmp/r1.log"
+same_run "2 processes then 1, against one" "$tmp/one4" "$tmp/r1"
+"${mpi[@]}" -np 4 "$tf" train --resume "$tmp/r4" --steps 24 > "$tmp/r4.log" 2>&1
+check "resumed with 4 processes: exit 0" test $? -eq 0
+cat "$tmp/r.log" >> "$tmp/r4.log"
+same_run "2 processes then 4, against one" "$tmp/one4" "$tmp/r4"
+
+# Refusals.
+"${mpi[@]}" -np 3 "$tf" train "${base[@]}" --grad-accum 4 --steps 4 --out "$tmp/bad" > "$tmp/bad.log" 2>&1
+check "--grad-accum 4 under -np 3: non-zero exit" test $? -ne 0
+check "... naming both numbers" grep -q -- "--grad-accum 4 is not a multiple of the 3 processes" "$tmp/bad.log"
+"${mpi[@]}" -np 1 "$tf" train "${base[@]}" --grad-accum 2 --steps 4 --out "$tmp/mm" : \
+  -np 1 "$tf" train "${base[@]}" --grad-accum 2 --steps 4 --min-lr 1e-5 --out "$tmp/mm" > "$tmp/mm.log" 2>&1
+check "ranks with other options: non-zero exit" test $? -ne 0
+check "... naming the rank" grep -q "process 1 was given other options than process 0" "$tmp/mm.log"
+head -c 50000 "$data" > "$tmp/other.txt"
+"${mpi[@]}" -np 1 "$tf" train "${base[@]}" --grad-accum 2 --steps 4 --out "$tmp/md" : \
+  -np 1 "$tf" train "${base[@]/$data/$tmp/other.txt}" --grad-accum 2 --steps 4 --out "$tmp/md" > "$tmp/md.log" 2>&1
+check "ranks with other data: non-zero exit" test $? -ne 0
+check "... naming the rank" grep -Eq "process 1 (read other training data|was given other options)" "$tmp/md.log"
+
+# A rank killed, a rank stopped: the job ends, naming it; the last checkpoint resumes.
+rank_pid() {  # the pid of the tformer of rank $1 under the mpirun $2
+  local p
+  for p in $(pgrep -f "tformer train.*$2"); do
+    grep -qz "^OMPI_COMM_WORLD_RANK=$1$" "/proc/$p/environ" 2> /dev/null && { echo "$p"; return; }
+  done
+}
+for how in KILL STOP; do
+  d="$tmp/fail-$how"
+  TFORMER_MPI_TIMEOUT=3 "${mpi[@]}" -np 2 "$tf" train "${base[@]}" --grad-accum 4 --steps 100000 --decay-steps 100000 \
+    --checkpoint-every 20 --threads 1 --out "$d" > "$d.log" 2>&1 &
+  job=$!
+  for _ in $(seq 1 200); do [[ -s "$d/checkpoint.safetensors" ]] && break; sleep 0.05; done
+  sleep 0.3
+  victim=$(rank_pid 1 "$d")
+  kill -"$how" "$victim"
+  t0=$(date +%s%N)
+  wait "$job"
+  rc=$?
+  secs=$((($(date +%s%N) - t0) / 1000000000))
+  kill -9 "$victim" 2> /dev/null
+  check "SIG$how of rank 1: the job ends non-zero ($rc) within 10 s ($secs s)" test "$rc" -ne 0 -a "$secs" -le 10
+  if [[ $how == KILL ]]; then
+    check "... mpirun names rank 1" grep -q "process rank 1 .*exited on signal 9" "$d.log"
+  else
+    check "... tformer's watchdog names rank 1" grep -q "rank 1 stopped answering" "$d.log"
+  fi
+  "$tf" train --resume "$d" --steps "$(($(grep -o '"step":[0-9]*' "$d/metrics.jsonl" | tail -1 | cut -d: -f2) + 30))" \
+    > "$d.resume.log" 2>&1
+  check "... the last checkpoint resumes" test $? -eq 0
+done
+
+echo "mpi_test: $passed passed, $failed failed"
+[[ $failed -eq 0 ]]
