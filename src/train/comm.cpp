@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -56,6 +57,7 @@ Comm& Comm::world() {
     MPI_Comm_rank(MPI_COMM_WORLD, &c->rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &c->size_);
     c->local_size_ = env_int("OMPI_COMM_WORLD_LOCAL_SIZE", 1);
+    c->last_seen_.assign(static_cast<size_t>(c->size_), 0);
     c->mpi_ = true;
 #else
     if (env_int("OMPI_COMM_WORLD_SIZE", 1) > 1)
@@ -70,34 +72,37 @@ Comm& Comm::world() {
 
 #ifdef TFORMER_HAVE_MPI
 
+// Rank 0 reads the other ranks' arrival notes as they come (each a collective's number), and rank 1
+// rank 0's; last_seen_ keeps the latest of each.
+void Comm::drain_arrivals() {
+  if (rank_ > 1) return;
+  for (;;) {
+    int flag = 0;
+    MPI_Status st;
+    MPI_Iprobe(MPI_ANY_SOURCE, kArrivalTag, MPI_COMM_WORLD, &flag, &st);
+    if (!flag) return;
+    int64_t c = 0;
+    MPI_Recv(&c, 1, MPI_INT64_T, st.MPI_SOURCE, kArrivalTag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    int64_t& seen = last_seen_[static_cast<size_t>(st.MPI_SOURCE)];
+    seen = std::max(seen, c);
+  }
+}
+
 void Comm::wait(void* request, const char* what, bool with_deadline) {
   auto* req = static_cast<MPI_Request*>(request);
   const auto t0 = std::chrono::steady_clock::now();
-  std::vector<int64_t> last_seen(static_cast<size_t>(size_), -1);
-  last_seen[static_cast<size_t>(rank_)] = collectives_;
+  last_seen_[static_cast<size_t>(rank_)] = collectives_;
   for (int spin = 0;; ++spin) {
     int done = 0;
     MPI_Test(req, &done, MPI_STATUS_IGNORE);
     if (done) break;
-    // Rank 0 drains the other ranks' arrival notes as they come (each a collective's number), and
-    // rank 1 rank 0's.
-    if (rank_ <= 1) {
-      for (;;) {
-        int flag = 0;
-        MPI_Status st;
-        MPI_Iprobe(MPI_ANY_SOURCE, kArrivalTag, MPI_COMM_WORLD, &flag, &st);
-        if (!flag) break;
-        int64_t c = 0;
-        MPI_Recv(&c, 1, MPI_INT64_T, st.MPI_SOURCE, kArrivalTag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-        last_seen[static_cast<size_t>(st.MPI_SOURCE)] = c;
-      }
-    }
+    drain_arrivals();
     const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (with_deadline && waited > timeout_) {
       std::string culprits;
       if (rank_ <= 1)
         for (int q = 0; q < (rank_ == 0 ? size_ : 1); ++q)
-          if (last_seen[static_cast<size_t>(q)] < collectives_)
+          if (last_seen_[static_cast<size_t>(q)] < collectives_)
             culprits += fmt::format("{}{}", culprits.empty() ? "" : ", ", q);
       std::fprintf(stderr,
                    "tformer: error: rank %d: no answer within %.0f s in %s (collective #%lld)%s; ending the job\n",
@@ -110,16 +115,7 @@ void Comm::wait(void* request, const char* what, bool with_deadline) {
     }
     if (spin > 1000) std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
-  // The arrival notes of this collective that came after it completed.
-  if (rank_ <= 1)
-    for (;;) {
-      int flag = 0;
-      MPI_Status st;
-      MPI_Iprobe(MPI_ANY_SOURCE, kArrivalTag, MPI_COMM_WORLD, &flag, &st);
-      if (!flag) break;
-      int64_t c = 0;
-      MPI_Recv(&c, 1, MPI_INT64_T, st.MPI_SOURCE, kArrivalTag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-    }
+  drain_arrivals();  // the notes that came after it completed
 }
 
 // Before each collective, a rank tells rank 0 that it has entered it (and rank 0 tells rank 1), so
@@ -222,6 +218,7 @@ void Comm::finalize() {
 
 void Comm::wait(void*, const char*, bool) {}
 void Comm::arrive() {}
+void Comm::drain_arrivals() {}
 void Comm::barrier(bool) {}
 std::vector<uint64_t> Comm::allgather(uint64_t value) { return {value}; }
 std::vector<double> Comm::allgather(const std::vector<double>& mine) { return mine; }

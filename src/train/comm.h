@@ -53,12 +53,14 @@ class Comm {
  private:
   Comm() = default;
   void wait(void* request, const char* what, bool with_deadline = true);  // MPI_Request*: polls it
-  void arrive();  // the note that this rank entered a collective
+  void arrive();          // the note that this rank entered a collective
+  void drain_arrivals();  // rank 0 (and 1) reading the others' notes
 
   int rank_ = 0, size_ = 1, local_size_ = 1;
   double timeout_ = 300;
   bool mpi_ = false;
-  int64_t collectives_ = 0;  // collectives entered, for the timeout message
+  int64_t collectives_ = 0;         // collectives entered, for the timeout message
+  std::vector<int64_t> last_seen_;  // per rank, the last collective it said it entered
 };
 
 }  // namespace tformer
