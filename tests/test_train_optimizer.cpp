@@ -272,6 +272,52 @@ TEST(AdamW, StepIsIndependentOfTheThreadCountAndAllocatesNothing) {
   EXPECT_NE(std::memcmp(p0.data(), p1.data(), bytes), 0);
 }
 
+// ZeRO-1: an optimizer sharded over [lo, hi) updates exactly those elements as the whole one does,
+// holds their moments alone, and unshard() gives back the full moments of that range.
+TEST(AdamW, AShardUpdatesItsRangeAsTheWholeOptimizerDoes) {
+  const Arena grads_a = large_arena(21, 0.5), grads_b = large_arena(22, 0.01);
+  Arena whole = large_arena(20, 1.0), part = large_arena(20, 1.0);
+  AdamW ow(whole, AdamWConfig{}), op(part, AdamWConfig{});
+  const int64_t lo = kNormPiece, hi = std::min<int64_t>(whole.size(), 3 * kNormPiece + 17);
+  ASSERT_LT(hi, whole.size());
+  op.shard(lo, hi);
+  EXPECT_TRUE(op.sharded());
+  EXPECT_FALSE(op.m().allocated());
+  for (const Arena* g : {&grads_a, &grads_b, &grads_a}) {
+    ow.step(whole, *g, 3e-3);
+    op.step(part, *g, 3e-3);
+  }
+  const Arena fresh = large_arena(20, 1.0);
+  for (int64_t i = 0; i < whole.size(); ++i) {
+    if (i >= lo && i < hi) {
+      ASSERT_EQ(part.data()[i], whole.data()[i]) << i;
+      ASSERT_EQ(op.shard_m()[i - lo], ow.m().data()[i]) << i;
+      ASSERT_EQ(op.shard_v()[i - lo], ow.v().data()[i]) << i;
+    } else {
+      ASSERT_EQ(part.data()[i], fresh.data()[i]) << "outside the shard, untouched: " << i;
+    }
+  }
+  op.unshard();
+  EXPECT_FALSE(op.sharded());
+  EXPECT_EQ(op.m().data()[lo], ow.m().data()[lo]);
+  EXPECT_EQ(op.m().data()[0], 0.0f);  // another process's moments: not here
+}
+
+// The norm's pieces: summed by norm_piece_sums over any split into ranges of pieces and added in
+// order, they give global_grad_norm's value bit for bit.
+TEST(ClipGradNorm, PieceSumsOfSlicesGiveTheGlobalNorm) {
+  const Arena g = large_arena(23, 0.3);
+  const int64_t n = g.size(), pieces = (n + kNormPiece - 1) / kNormPiece;
+  ASSERT_GE(pieces, 3);
+  std::vector<double> sums(static_cast<size_t>(pieces));
+  const int64_t cut = pieces / 3;
+  norm_piece_sums(g.data(), n, 0, cut, sums.data());
+  norm_piece_sums(g.data(), n, cut, pieces, sums.data() + cut);
+  double total = 0;
+  for (double x : sums) total += x;
+  EXPECT_EQ(std::sqrt(total), global_grad_norm(g));
+}
+
 // ---------------------------------------------------------------------------------------------
 // Learning-rate schedule
 

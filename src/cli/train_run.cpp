@@ -280,7 +280,8 @@ void run_training(TrainOptions o, const std::string& resume_dir, const std::vect
     }
     const double tps = static_cast<double>(step_seconds.size() * s.tokens_per_step()) / train_seconds;
     if ((eval_every > 0 && step % eval_every == 0) || last) evaluate(progress, tps, seconds_since(t0));
-    if (((ckpt_every > 0 && step % ckpt_every == 0) || last) && lead) s.save_run(ckpt, model_path);
+    // Every process takes part (ZeRO-1 gathers the moments); rank 0 writes.
+    if ((ckpt_every > 0 && step % ckpt_every == 0) || last) s.save_run(ckpt, model_path);
   }
   progress.finish();
   const double med = median(step_seconds);

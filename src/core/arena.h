@@ -40,6 +40,12 @@ class BasicArena {
   }
   // One allocation for every declared tensor, zero-filled.
   void allocate() { storage_.assign(static_cast<size_t>(size_), T(0)); }
+  // Frees the storage, keeping the layout (allocate() brings it back, zeroed).
+  void release() {
+    storage_.clear();
+    storage_.shrink_to_fit();
+  }
+  bool allocated() const { return static_cast<int64_t>(storage_.size()) == size_; }
   // Same layout as another arena (a gradient or moment arena beside the parameters).
   void mirror(const BasicArena& other) {
     TF_CHECK(entries_.empty(), "arena: mirror() into a non-empty arena");

@@ -58,6 +58,7 @@ Comm& Comm::world() {
     MPI_Comm_size(MPI_COMM_WORLD, &c->size_);
     c->local_size_ = env_int("OMPI_COMM_WORLD_LOCAL_SIZE", 1);
     c->last_seen_.assign(static_cast<size_t>(c->size_), 0);
+    c->last_heard_.assign(static_cast<size_t>(c->size_), std::chrono::steady_clock::now());
     c->mpi_ = true;
 #else
     if (env_int("OMPI_COMM_WORLD_SIZE", 1) > 1)
@@ -85,25 +86,38 @@ void Comm::drain_arrivals() {
     MPI_Recv(&c, 1, MPI_INT64_T, st.MPI_SOURCE, kArrivalTag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
     int64_t& seen = last_seen_[static_cast<size_t>(st.MPI_SOURCE)];
     seen = std::max(seen, c);
+    last_heard_[static_cast<size_t>(st.MPI_SOURCE)] = std::chrono::steady_clock::now();
   }
 }
 
 void Comm::wait(void* request, const char* what, bool with_deadline) {
+  using Clock = std::chrono::steady_clock;
   auto* req = static_cast<MPI_Request*>(request);
-  const auto t0 = std::chrono::steady_clock::now();
+  const auto t0 = Clock::now();
+  auto beat = t0;
   last_seen_[static_cast<size_t>(rank_)] = collectives_;
   for (int spin = 0;; ++spin) {
     int done = 0;
     MPI_Test(req, &done, MPI_STATUS_IGNORE);
     if (done) break;
     drain_arrivals();
-    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const auto now = Clock::now();
+    if (now - beat > std::chrono::milliseconds(250)) {  // still here, waiting
+      send_note();
+      beat = now;
+    }
+    const double waited = std::chrono::duration<double>(now - t0).count();
     if (with_deadline && waited > timeout_) {
+      // The ranks that never entered this collective, or entered it and then fell silent (a
+      // waiting rank's heartbeat comes every 250 ms).
       std::string culprits;
       if (rank_ <= 1)
-        for (int q = 0; q < (rank_ == 0 ? size_ : 1); ++q)
-          if (last_seen_[static_cast<size_t>(q)] < collectives_)
+        for (int q = 0; q < (rank_ == 0 ? size_ : 1); ++q) {
+          if (q == rank_) continue;
+          const double silent = std::chrono::duration<double>(now - last_heard_[static_cast<size_t>(q)]).count();
+          if (last_seen_[static_cast<size_t>(q)] < collectives_ || silent > 2.0)
             culprits += fmt::format("{}{}", culprits.empty() ? "" : ", ", q);
+        }
       std::fprintf(stderr,
                    "tformer: error: rank %d: no answer within %.0f s in %s (collective #%lld)%s; ending the job\n",
                    rank_, timeout_, what, static_cast<long long>(collectives_),
@@ -123,8 +137,14 @@ void Comm::wait(void* request, const char* what, bool with_deadline) {
 // (MPI_Isend, its request freed) from a ring of buffers that outlives its delivery.
 void Comm::arrive() {
   ++collectives_;
+  send_note();
+}
+
+// The note itself (also sent every quarter second while a rank waits, as its heartbeat).
+void Comm::send_note() {
   static int64_t ring[4096];
-  int64_t& note = ring[collectives_ % 4096];
+  static int64_t sent = 0;
+  int64_t& note = ring[++sent % 4096];
   note = collectives_;
   const int to = rank_ == 0 ? 1 : 0;
   if (size_ < 2) return;
@@ -201,6 +221,49 @@ void Comm::allgatherv(float* data, const std::vector<int64_t>& counts, const std
   wait(&r, "the gradient gather (all-gather)");
 }
 
+namespace {
+std::vector<int> mpi_counts(const std::vector<int64_t>& v, const char* what) {
+  std::vector<int> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    TF_CHECK(v[i] >= 0 && v[i] < (int64_t{1} << 31), "{}: {} does not fit an MPI count", what, v[i]);
+    out[i] = static_cast<int>(v[i]);
+  }
+  return out;
+}
+}  // namespace
+
+std::vector<double> Comm::allgatherv(const std::vector<double>& mine, const std::vector<int64_t>& counts) {
+  if (!mpi_) return mine;
+  std::vector<int64_t> offsets(counts.size());
+  int64_t total = 0;
+  for (size_t q = 0; q < counts.size(); ++q) {
+    offsets[q] = total;
+    total += counts[q];
+  }
+  std::vector<double> all(static_cast<size_t>(total));
+  const std::vector<int> c = mpi_counts(counts, "allgatherv"), o = mpi_counts(offsets, "allgatherv");
+  TFORMER_ARRIVE();
+  MPI_Request r;
+  MPI_Iallgatherv(mine.data(), static_cast<int>(mine.size()), MPI_DOUBLE, all.data(), c.data(), o.data(), MPI_DOUBLE,
+                  MPI_COMM_WORLD, &r);
+  wait(&r, "an allgather of the gradient norm's pieces");
+  return all;
+}
+
+void Comm::gatherv(const float* mine, float* all, const std::vector<int64_t>& counts,
+                   const std::vector<int64_t>& offsets) {
+  if (!mpi_) {
+    std::copy(mine, mine + counts[0], all + offsets[0]);
+    return;
+  }
+  const std::vector<int> c = mpi_counts(counts, "gatherv"), o = mpi_counts(offsets, "gatherv");
+  TFORMER_ARRIVE();
+  MPI_Request r;
+  MPI_Igatherv(mine, c[static_cast<size_t>(rank_)], MPI_FLOAT, all, c.data(), o.data(), MPI_FLOAT, 0, MPI_COMM_WORLD,
+               &r);
+  wait(&r, "the gather of the optimizer's moments");
+}
+
 void Comm::abort(int status) {
   if (mpi_) MPI_Abort(MPI_COMM_WORLD, status);
   std::exit(status);
@@ -218,6 +281,7 @@ void Comm::finalize() {
 
 void Comm::wait(void*, const char*, bool) {}
 void Comm::arrive() {}
+void Comm::send_note() {}
 void Comm::drain_arrivals() {}
 void Comm::barrier(bool) {}
 std::vector<uint64_t> Comm::allgather(uint64_t value) { return {value}; }
@@ -228,6 +292,11 @@ void Comm::alltoallv(const float* send, const std::vector<int64_t>& send_counts,
   std::copy(send + send_offsets[0], send + send_offsets[0] + send_counts[0], recv + recv_offsets[0]);
 }
 void Comm::allgatherv(float*, const std::vector<int64_t>&, const std::vector<int64_t>&) {}
+std::vector<double> Comm::allgatherv(const std::vector<double>& mine, const std::vector<int64_t>&) { return mine; }
+void Comm::gatherv(const float* mine, float* all, const std::vector<int64_t>& counts,
+                   const std::vector<int64_t>& offsets) {
+  std::copy(mine, mine + counts[0], all + offsets[0]);
+}
 void Comm::abort(int status) { std::exit(status); }
 void Comm::finalize() {}
 

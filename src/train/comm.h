@@ -10,6 +10,7 @@
 // which ends the job naming it.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -45,6 +46,10 @@ class Comm {
                  float* recv, const std::vector<int64_t>& recv_counts, const std::vector<int64_t>& recv_offsets);
   // data holds counts[q] floats of rank q at offsets[q]; each rank's own part is sent to every rank.
   void allgatherv(float* data, const std::vector<int64_t>& counts, const std::vector<int64_t>& offsets);
+  // Each rank's `mine` (counts[q] doubles on rank q), concatenated in rank order, on every rank.
+  std::vector<double> allgatherv(const std::vector<double>& mine, const std::vector<int64_t>& counts);
+  // Rank q's counts[q] floats at mine land at all + offsets[q] on rank 0 (all: rank 0's only).
+  void gatherv(const float* mine, float* all, const std::vector<int64_t>& counts, const std::vector<int64_t>& offsets);
   // Ends every rank of the job with this exit status (after a message the caller printed).
   [[noreturn]] void abort(int status);
   // MPI_Finalize when MPI was initialised (main calls it once, at the end).
@@ -55,12 +60,14 @@ class Comm {
   void wait(void* request, const char* what, bool with_deadline = true);  // MPI_Request*: polls it
   void arrive();          // the note that this rank entered a collective
   void drain_arrivals();  // rank 0 (and 1) reading the others' notes
+  void send_note();       // this rank's collective number, to rank 0 (rank 0's to rank 1)
 
   int rank_ = 0, size_ = 1, local_size_ = 1;
   double timeout_ = 300;
   bool mpi_ = false;
-  int64_t collectives_ = 0;         // collectives entered, for the timeout message
-  std::vector<int64_t> last_seen_;  // per rank, the last collective it said it entered
+  int64_t collectives_ = 0;                                        // collectives entered, for the timeout message
+  std::vector<int64_t> last_seen_;                                 // per rank, the last collective it said it entered
+  std::vector<std::chrono::steady_clock::time_point> last_heard_;  // and when it last said anything
 };
 
 }  // namespace tformer

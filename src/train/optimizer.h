@@ -65,8 +65,21 @@ class AdamW {
   int64_t steps() const { return steps_; }
   void set_steps(int64_t n);
 
-  Arena& m() { return m_; }  // first moment, torch's exp_avg
+  Arena& m() { return m_; }  // first moment, torch's exp_avg (not allocated while sharded)
   Arena& v() { return v_; }  // second moment, torch's exp_avg_sq
+
+  // ZeRO-1 (docs/distributed.md): keep and update only the elements [begin, end) of the buffer.
+  // The moments of that range move into shard storage and the full m() and v() are freed; step()
+  // then updates params in [begin, end) alone (the rest is some other process's). unshard()
+  // allocates m() and v() again, zero, with the shard copied in (a checkpoint's gather fills the
+  // rest); shard() after a load takes the range again.
+  void shard(int64_t begin, int64_t end);
+  void unshard();
+  bool sharded() const { return sharded_; }
+  int64_t shard_begin() const { return shard_begin_; }
+  int64_t shard_end() const { return shard_end_; }
+  float* shard_m() { return m_shard_.data(); }  // [shard_end - shard_begin]
+  float* shard_v() { return v_shard_.data(); }
   const AdamWConfig& config() const { return cfg_; }
 
  private:
@@ -83,7 +96,18 @@ class AdamW {
   Arena m_;
   Arena v_;
   std::vector<Piece> pieces_;  // padding between tensors is never touched
+  bool sharded_ = false;
+  int64_t shard_begin_ = 0, shard_end_ = 0;
+  std::vector<float> m_shard_, v_shard_;
 };
+
+// The global norm is summed over pieces of this many elements (aligned to the buffer's start): a
+// process holding pieces [a, b) of a sharded gradient computes their sums exactly as one process
+// does (norm_piece_sums), and the sums added in piece order give global_grad_norm's value.
+constexpr int64_t kNormPiece = int64_t(1) << 14;
+// out[k - first] = the sum of squares of piece k of g (elements [k kNormPiece, (k+1) kNormPiece)
+// within [0, n)), for k in [first, last).
+void norm_piece_sums(const float* g, int64_t n, int64_t first, int64_t last, double* out);
 
 // sqrt of the sum of the squares of every gradient element (alignment padding is zero and adds
 // nothing), accumulated in double: fixed pieces of the buffer are each summed in order, then the

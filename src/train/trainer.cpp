@@ -49,7 +49,8 @@ nlohmann::json TrainOptions::to_json() const {
           {"log_every", log_every},
           {"seed", seed},
           {"threads", threads},
-          {"attention", attention}};
+          {"attention", attention},
+          {"zero", zero}};
 }
 
 TrainOptions TrainOptions::from_json(const nlohmann::json& j, const std::string& source) {
@@ -92,6 +93,7 @@ TrainOptions TrainOptions::from_json(const nlohmann::json& j, const std::string&
   get("seed", o.seed);
   get("threads", o.threads);
   get("attention", o.attention);
+  get("zero", o.zero);
   return o;
 }
 
@@ -117,6 +119,7 @@ void TrainOptions::validate() const {
   need(log_every > 0, "--log-every", log_every, "positive");
   need(eps > 0 && std::isfinite(eps), "--eps", eps, "positive");
   need(threads >= 0, "--threads", threads, ">= 0 (0 = all cores)");
+  need(zero == 0 || zero == 1, "--zero", zero, "0 or 1");
   need(val_fraction >= 0 && val_fraction < 1, "--val-fraction", val_fraction, "in [0, 1)");
   parse_attention_kernel(attention);
 }
@@ -188,6 +191,16 @@ TrainSession::TrainSession(TrainOptions options, const ModelConfig& config, std:
                "computes --grad-accum / N of a step's micro-batches",
                options_.grad_accum, comm_->size(), comm_->size());
   micro_losses_.assign(static_cast<size_t>(options_.grad_accum / comm_->size()), 0.0);
+  {
+    const int n_proc = comm_->size();
+    const int64_t n = grads_.size(), n_pieces = (n + kNormPiece - 1) / kNormPiece;
+    slice_offsets_.resize(static_cast<size_t>(n_proc) + 1);
+    for (int q = 0; q <= n_proc; ++q)
+      slice_offsets_[static_cast<size_t>(q)] = std::min(n, n_pieces * q / n_proc * kNormPiece);
+    if (options_.zero == 1 && comm_->distributed())
+      opt_->shard(slice_offsets_[static_cast<size_t>(comm_->rank())],
+                  slice_offsets_[static_cast<size_t>(comm_->rank()) + 1]);
+  }
   inputs_.resize(options_.batch * context_);
   targets_.resize(options_.batch * context_);
 }
@@ -291,13 +304,31 @@ StepResult TrainSession::step() {
                    first_non_finite(params).empty() ? "none" : first_non_finite(params));
     reduce_gradients(per);
   }
-  r.grad_norm = clip_grad_norm(grads_, options_.grad_clip);
+  if (!zero_sharded()) {
+    r.grad_norm = clip_grad_norm(grads_, options_.grad_clip);
+  } else {
+    // ZeRO-1: the norm from the slices, the clip on this process's slice, AdamW on that slice (its
+    // moments are the only ones here), then every process's updated slice to every process.
+    r.grad_norm = sharded_grad_norm();
+    const int64_t lo = opt_->shard_begin(), hi = opt_->shard_end();
+    if (options_.grad_clip > 0 && r.grad_norm > options_.grad_clip) {  // clip_grad_norm's rule and scale
+      const float scale = static_cast<float>(options_.grad_clip / (r.grad_norm + 1e-6));
+      float* g = grads_.data();
+      parallel_for(hi - lo, hi - lo >= (1 << 16), [&](int64_t i) { g[lo + i] *= scale; });
+    }
+  }
   if (!std::isfinite(r.grad_norm))
     fail_input(fmt::format("step {}", step_ + 1),
                "step {}: the gradient norm is {}; first non-finite gradient: {}. Nothing was updated; the last "
                "checkpoint is intact",
-               step_ + 1, r.grad_norm, first_non_finite(grads_));
+               step_ + 1, r.grad_norm,
+               zero_sharded() ? "(ZeRO-1: each process holds a slice)" : first_non_finite(grads_));
   opt_->step(params, grads_, r.lr);
+  if (zero_sharded()) {
+    std::vector<int64_t> cnt(static_cast<size_t>(comm_->size())), off(slice_offsets_.begin(), slice_offsets_.end() - 1);
+    for (size_t q = 0; q < cnt.size(); ++q) cnt[q] = slice_offsets_[q + 1] - slice_offsets_[q];
+    comm_->allgatherv(params.data(), cnt, off);
+  }
   ++step_;
   return r;
 }
@@ -312,8 +343,7 @@ StepResult TrainSession::step() {
 void TrainSession::reduce_gradients(int64_t per) {
   const int n_proc = comm_->size(), me = comm_->rank();
   const int64_t n = grads_.size();
-  std::vector<int64_t> off(static_cast<size_t>(n_proc) + 1), cnt(static_cast<size_t>(n_proc));
-  for (int q = 0; q <= n_proc; ++q) off[static_cast<size_t>(q)] = n * q / n_proc;
+  std::vector<int64_t> off = slice_offsets_, cnt(static_cast<size_t>(n_proc));
   for (int q = 0; q < n_proc; ++q)
     cnt[static_cast<size_t>(q)] = off[static_cast<size_t>(q) + 1] - off[static_cast<size_t>(q)];
   std::vector<std::vector<TreeNode>> held(static_cast<size_t>(n_proc));
@@ -376,8 +406,28 @@ void TrainSession::reduce_gradients(int64_t per) {
     }
   for (; data.size() >= 2; data.pop_back()) add_floats(data[data.size() - 2], data.back(), slice);
   std::copy(data[0], data[0] + slice, grads_.data() + off[static_cast<size_t>(me)]);
+  if (zero_sharded()) return;  // ZeRO-1: each process goes on with its slice alone
   off.pop_back();
   comm_->allgatherv(grads_.data(), cnt, off);
+}
+
+// The norm global_grad_norm computes, from the slices: each process sums the squares of its
+// slice's pieces, every piece's sum is gathered, and the sums are added in piece order.
+double TrainSession::sharded_grad_norm() {
+  const int n_proc = comm_->size(), me = comm_->rank();
+  const int64_t n = grads_.size();
+  std::vector<int64_t> pieces(static_cast<size_t>(n_proc));
+  for (int q = 0; q < n_proc; ++q)
+    pieces[static_cast<size_t>(q)] =
+        (slice_offsets_[static_cast<size_t>(q) + 1] - slice_offsets_[static_cast<size_t>(q)] + kNormPiece - 1) /
+        kNormPiece;
+  const int64_t first = slice_offsets_[static_cast<size_t>(me)] / kNormPiece;
+  std::vector<double> mine(static_cast<size_t>(pieces[static_cast<size_t>(me)]));
+  norm_piece_sums(grads_.data(), n, first, first + pieces[static_cast<size_t>(me)], mine.data());
+  const std::vector<double> all = comm_->allgatherv(mine, pieces);
+  double total = 0;
+  for (double x : all) total += x;  // in piece order
+  return std::sqrt(total);
 }
 
 EvalResult TrainSession::evaluate() {
@@ -423,6 +473,15 @@ void TrainSession::save_checkpoint(const std::string& path) {
 }
 
 void TrainSession::load_checkpoint(const std::string& path) {
+  // ZeRO-1: the full moments are read (the checkpoint holds them whole), then this slice kept.
+  const bool reshard = zero_sharded();
+  const int64_t lo = reshard ? opt_->shard_begin() : 0, hi = reshard ? opt_->shard_end() : 0;
+  if (reshard) opt_->unshard();
+  load_checkpoint_whole(path);
+  if (reshard) opt_->shard(lo, hi);
+}
+
+void TrainSession::load_checkpoint_whole(const std::string& path) {
   const SafetensorsFile f = SafetensorsFile::open(path);
   const nlohmann::json state = f.metadata_json("train_state", "not a training checkpoint");
   if (f.metadata_json("config", "not a training checkpoint") != model_->config().to_json())
@@ -463,6 +522,25 @@ void TrainSession::save_run(const std::string& checkpoint_path, const std::strin
                "step {}: the weights hold a non-finite value after the update: {}; the last checkpoint ({}) is "
                "intact",
                step_, bad, checkpoint_path);
+  if (zero_sharded()) {
+    // ZeRO-1: the moments' slices gathered on rank 0 into full arenas for the checkpoint (which
+    // does not depend on N), then sharded again.
+    const int me = comm_->rank();
+    std::vector<int64_t> cnt(static_cast<size_t>(comm_->size())), off(slice_offsets_.begin(), slice_offsets_.end() - 1);
+    for (size_t q = 0; q < cnt.size(); ++q) cnt[q] = slice_offsets_[q + 1] - slice_offsets_[q];
+    const int64_t lo = opt_->shard_begin(), hi = opt_->shard_end();
+    std::vector<float> m(opt_->shard_m(), opt_->shard_m() + (hi - lo)), v(opt_->shard_v(), opt_->shard_v() + (hi - lo));
+    if (me == 0) opt_->unshard();
+    comm_->gatherv(m.data(), me == 0 ? opt_->m().data() : nullptr, cnt, off);
+    comm_->gatherv(v.data(), me == 0 ? opt_->v().data() : nullptr, cnt, off);
+    if (me == 0) {
+      save_checkpoint(checkpoint_path);
+      save_model(model_path);
+      opt_->shard(lo, hi);
+    }
+    return;
+  }
+  if (comm_->rank() != 0) return;  // the others hold the same state; rank 0 writes it
   save_checkpoint(checkpoint_path);
   save_model(model_path);
 }

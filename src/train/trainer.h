@@ -49,6 +49,7 @@ struct TrainOptions {
   uint64_t seed = 1337;
   int threads = 0;
   std::string attention = "tiled";
+  int zero = 0;  // 1: AdamW's moments sharded across the processes of mpirun (ZeRO-1)
 
   nlohmann::json to_json() const;
   // Unknown keys are errors naming the key.
@@ -144,6 +145,12 @@ class TrainSession {
   Comm* comm_ = nullptr;                          // the processes of the run (one unless mpirun)
   std::vector<float> send_buf_, recv_buf_;        // reduce_gradients' (allocated at the first step)
   void reduce_gradients(int64_t per);
+  // The N slices of the parameter buffer the processes own (reduce_gradients' and ZeRO-1's): slice
+  // q is [slice_offsets_[q], slice_offsets_[q + 1]), aligned to the norm's pieces (kNormPiece).
+  std::vector<int64_t> slice_offsets_;
+  bool zero_sharded() const { return opt_->sharded(); }
+  double sharded_grad_norm();  // ZeRO-1: the global norm from each process's slice
+  void load_checkpoint_whole(const std::string& path);
   std::unique_ptr<AdamW> opt_;
   std::unique_ptr<TrainGraph<float>> graph_;
   std::unique_ptr<BatchSampler> sampler_;

@@ -5,6 +5,8 @@
 #     --grad-accum 6 (blocks of 3 and 2: nodes of the tree that are not powers of two) likewise;
 #   * 2 processes x 1 thread equal 1 process x 2 threads; --threads 0 divides the cores;
 #   * a 2-process checkpoint resumed with 1 and with 4 processes continues exactly;
+#   * --zero 1 (AdamW's moments sharded) on 2 and 4 processes equals one process, and its checkpoint
+#     resumes with 1 process and with 4 sharded ones;
 #   * --grad-accum not a multiple of N, and ranks given other options or other data, refused by name;
 #   * a rank killed with SIGKILL ends the job within seconds, non-zero, naming the rank; a rank
 #     stopped with SIGSTOP is named by tformer's own watchdog (TFORMER_MPI_TIMEOUT) and the job
@@ -83,6 +85,24 @@ same_run "2 processes then 1, against one" "$tmp/one4" "$tmp/r1"
 check "resumed with 4 processes: exit 0" test $? -eq 0
 cat "$tmp/r.log" >> "$tmp/r4.log"
 same_run "2 processes then 4, against one" "$tmp/one4" "$tmp/r4"
+
+# ZeRO-1: AdamW's moments sharded; the same bits, and its checkpoint (gathered whole) resumes with
+# 1 process and with 4 sharded ones.
+for n in 2 4; do
+  "${mpi[@]}" -np $n "$tf" train "${base[@]}" --grad-accum 4 --steps 24 --decay-steps 24 --threads 1 --zero 1 \
+    --out "$tmp/z$n" > "$tmp/z$n.log" 2>&1
+  check "--zero 1, $n processes: exit 0" test $? -eq 0
+  same_run "--zero 1, $n processes against one" "$tmp/one4" "$tmp/z$n"
+done
+"${mpi[@]}" -np 2 "$tf" train "${base[@]}" --grad-accum 4 --steps 12 --decay-steps 24 --threads 1 --zero 1 \
+  --out "$tmp/zr1" > "$tmp/zr.log" 2>&1
+cp -r "$tmp/zr1" "$tmp/zr4"
+"$tf" train --resume "$tmp/zr1" --steps 24 > "$tmp/zr1.log" 2>&1
+cat "$tmp/zr.log" >> "$tmp/zr1.log"
+same_run "--zero 1 on 2 processes, then 1 process, against one" "$tmp/one4" "$tmp/zr1"
+"${mpi[@]}" -np 4 "$tf" train --resume "$tmp/zr4" --steps 24 > "$tmp/zr4.log" 2>&1
+cat "$tmp/zr.log" >> "$tmp/zr4.log"
+same_run "--zero 1 on 2 processes, then on 4, against one" "$tmp/one4" "$tmp/zr4"
 
 # Refusals.
 "${mpi[@]}" -np 3 "$tf" train "${base[@]}" --grad-accum 4 --steps 4 --out "$tmp/bad" > "$tmp/bad.log" 2>&1
