@@ -261,9 +261,15 @@ void run_training(TrainOptions o, const std::string& resume_dir, const std::vect
   double window_seconds = 0;
   int64_t window_steps = 0;
   double train_seconds = 0;
+  double step_comm_seconds = 0;  // inside steps only (not the set-up, evaluations, checkpoints)
+  uint64_t step_comm_bytes = 0;
   while (s.current_step() < opt.steps) {
     const auto ts = Clock::now();
+    const double comm_s0 = comm.seconds_in_collectives();
+    const uint64_t comm_b0 = comm.bytes_sent();
     const StepResult r = s.step();
+    step_comm_seconds += comm.seconds_in_collectives() - comm_s0;
+    step_comm_bytes += comm.bytes_sent() - comm_b0;
     last_step = r;
     const double dt = seconds_since(ts);
     step_seconds.push_back(dt);
@@ -284,6 +290,13 @@ void run_training(TrainOptions o, const std::string& resume_dir, const std::vect
     if ((ckpt_every > 0 && step % ckpt_every == 0) || last) s.save_run(ckpt, model_path);
   }
   progress.finish();
+  if (comm.distributed()) {
+    // Rank 0's view (every rank sends about the same).
+    const double steps_run = static_cast<double>(std::max<size_t>(step_seconds.size(), 1));
+    fmt::print("communication (rank 0): {:.2f} MiB sent per step, {:.1f}% of the step time in collectives\n",
+               static_cast<double>(step_comm_bytes) / (1 << 20) / steps_run,
+               train_seconds > 0 ? 100.0 * step_comm_seconds / train_seconds : 0.0);
+  }
   const double med = median(step_seconds);
   fmt::print("done: {} steps in {:.1f} s; median step {:.2f} ms, {:.0f} tokens/s; model written to {}\n",
              step_seconds.size(), seconds_since(t0), med * 1e3, static_cast<double>(s.tokens_per_step()) / med,

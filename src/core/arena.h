@@ -48,11 +48,15 @@ class BasicArena {
   bool allocated() const { return static_cast<int64_t>(storage_.size()) == size_; }
   // Same layout as another arena (a gradient or moment arena beside the parameters).
   void mirror(const BasicArena& other) {
+    mirror_layout(other);
+    allocate();
+  }
+  // The layout alone, nothing allocated (allocate() later).
+  void mirror_layout(const BasicArena& other) {
     TF_CHECK(entries_.empty(), "arena: mirror() into a non-empty arena");
     entries_ = other.entries_;
     index_ = other.index_;
     size_ = other.size_;
-    allocate();
   }
 
   bool contains(std::string_view name) const { return index_.contains(std::string(name)); }

@@ -130,6 +130,7 @@ void Comm::wait(void* request, const char* what, bool with_deadline) {
     if (spin > 1000) std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
   drain_arrivals();  // the notes that came after it completed
+  seconds_waiting_ += std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
 // Before each collective, a rank tells rank 0 that it has entered it (and rank 0 tells rank 1), so
@@ -200,6 +201,8 @@ void Comm::alltoallv(const float* send, const std::vector<int64_t>& send_counts,
     so[q] = static_cast<int>(send_offsets[q]);
     ro[q] = static_cast<int>(recv_offsets[q]);
   }
+  for (int q = 0; q < size_; ++q)
+    if (q != rank_) bytes_sent_ += static_cast<uint64_t>(send_counts[static_cast<size_t>(q)]) * sizeof(float);
   TFORMER_ARRIVE();
   MPI_Request r;
   MPI_Ialltoallv(send, sc.data(), so.data(), MPI_FLOAT, recv, rc.data(), ro.data(), MPI_FLOAT, MPI_COMM_WORLD, &r);
@@ -215,6 +218,8 @@ void Comm::allgatherv(float* data, const std::vector<int64_t>& counts, const std
     c[q] = static_cast<int>(counts[q]);
     o[q] = static_cast<int>(offsets[q]);
   }
+  bytes_sent_ +=
+      static_cast<uint64_t>(counts[static_cast<size_t>(rank_)]) * sizeof(float) * static_cast<uint64_t>(size_ - 1);
   TFORMER_ARRIVE();
   MPI_Request r;
   MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, data, c.data(), o.data(), MPI_FLOAT, MPI_COMM_WORLD, &r);

@@ -55,6 +55,12 @@ class Comm {
   // MPI_Finalize when MPI was initialised (main calls it once, at the end).
   void finalize();
 
+  // What the collectives have cost so far on this rank: bytes it sent (its payload, as the
+  // algorithms' models count it: an all-to-all's parts for the others, an all-gather's own part
+  // once per other rank) and seconds it waited for collectives to complete.
+  uint64_t bytes_sent() const { return bytes_sent_; }
+  double seconds_in_collectives() const { return seconds_waiting_; }
+
  private:
   Comm() = default;
   void wait(void* request, const char* what, bool with_deadline = true);  // MPI_Request*: polls it
@@ -65,6 +71,8 @@ class Comm {
   int rank_ = 0, size_ = 1, local_size_ = 1;
   double timeout_ = 300;
   bool mpi_ = false;
+  uint64_t bytes_sent_ = 0;
+  double seconds_waiting_ = 0;
   int64_t collectives_ = 0;                                        // collectives entered, for the timeout message
   std::vector<int64_t> last_seen_;                                 // per rank, the last collective it said it entered
   std::vector<std::chrono::steady_clock::time_point> last_heard_;  // and when it last said anything

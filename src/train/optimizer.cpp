@@ -34,14 +34,31 @@ bool adamw_decays(const std::string& tensor_name, const Shape& shape) {
 // ---------------------------------------------------------------------------------------------
 // AdamW
 
-AdamW::AdamW(const Arena& params, AdamWConfig cfg) : cfg_(cfg) {
+AdamW::AdamW(const Arena& params, AdamWConfig cfg, int64_t shard_begin, int64_t shard_end) : cfg_(cfg) {
+  TF_CHECK(0 <= shard_begin && shard_begin <= shard_end && shard_end <= params.size(),
+           "adamw: shard [{}, {}) of {} elements", shard_begin, shard_end, params.size());
+  init(params, /*allocate=*/false);
+  shard_begin_ = shard_begin;
+  shard_end_ = shard_end;
+  m_shard_.assign(static_cast<size_t>(shard_end - shard_begin), 0.0f);
+  v_shard_.assign(static_cast<size_t>(shard_end - shard_begin), 0.0f);
+  sharded_ = true;
+}
+
+AdamW::AdamW(const Arena& params, AdamWConfig cfg) : cfg_(cfg) { init(params, /*allocate=*/true); }
+
+void AdamW::init(const Arena& params, bool allocate) {
   TF_CHECK(cfg_.beta1 >= 0 && cfg_.beta1 < 1, "adamw: beta1 must be in [0, 1), got {}", cfg_.beta1);
   TF_CHECK(cfg_.beta2 >= 0 && cfg_.beta2 < 1, "adamw: beta2 must be in [0, 1), got {}", cfg_.beta2);
   TF_CHECK(cfg_.eps > 0 && std::isfinite(cfg_.eps), "adamw: eps must be > 0, got {}", cfg_.eps);
   TF_CHECK(cfg_.weight_decay >= 0 && std::isfinite(cfg_.weight_decay), "adamw: weight_decay must be >= 0, got {}",
            cfg_.weight_decay);
-  m_.mirror(params);
-  v_.mirror(params);
+  m_.mirror_layout(params);
+  v_.mirror_layout(params);
+  if (allocate) {
+    m_.allocate();
+    v_.allocate();
+  }
   for (const Arena::Entry& e : params.entries()) {
     const bool decays = adamw_decays(e.name, e.shape);
     const int64_t end = e.offset + e.shape.numel();

@@ -55,6 +55,9 @@ class AdamW {
   // Mirrors the parameter arena's layout (m and v zero, steps() == 0) and validates the config:
   // betas in [0, 1), eps > 0, weight_decay >= 0.
   AdamW(const Arena& params, AdamWConfig cfg);
+  // Sharded from the start (ZeRO-1, shard() below): only the moments of [begin, end) are ever
+  // allocated.
+  AdamW(const Arena& params, AdamWConfig cfg, int64_t shard_begin, int64_t shard_end);
 
   // One update. params and grads must have the layout the optimizer was built for (checked: same
   // tensors, shapes and offsets); lr >= 0. Increments steps() first, then updates every tensor.
@@ -90,6 +93,7 @@ class AdamW {
     bool decays;
   };
   void check_layout(const Arena& a, const char* what) const;
+  void init(const Arena& params, bool allocate);
 
   AdamWConfig cfg_;
   int64_t steps_ = 0;

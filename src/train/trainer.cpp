@@ -173,8 +173,27 @@ TrainSession::TrainSession(TrainOptions options, const ModelConfig& config, std:
   model_->set_attention_kernel(kernel);
   context_ = options_.context > 0 ? options_.context : c.context_length;
   grads_.mirror(model_->params());
-  opt_ = std::make_unique<AdamW>(model_->params(),
-                                 AdamWConfig{options_.beta1, options_.beta2, options_.eps, options_.weight_decay});
+  comm_ = &Comm::world();
+  if (options_.grad_accum % comm_->size() != 0)
+    fail_input("--grad-accum",
+               "--grad-accum {} is not a multiple of the {} processes of this run (mpirun -np {}): each process "
+               "computes --grad-accum / N of a step's micro-batches",
+               options_.grad_accum, comm_->size(), comm_->size());
+  micro_losses_.assign(static_cast<size_t>(options_.grad_accum / comm_->size()), 0.0);
+  {
+    // The processes' slices of the buffer, aligned to the norm's pieces (reduce_gradients, ZeRO-1).
+    const int n_proc = comm_->size();
+    const int64_t n = grads_.size(), n_pieces = (n + kNormPiece - 1) / kNormPiece;
+    slice_offsets_.resize(static_cast<size_t>(n_proc) + 1);
+    for (int q = 0; q <= n_proc; ++q)
+      slice_offsets_[static_cast<size_t>(q)] = std::min(n, n_pieces * q / n_proc * kNormPiece);
+  }
+  const AdamWConfig adamw{options_.beta1, options_.beta2, options_.eps, options_.weight_decay};
+  if (options_.zero == 1 && comm_->distributed())  // ZeRO-1: only this slice's moments, ever
+    opt_ = std::make_unique<AdamW>(model_->params(), adamw, slice_offsets_[static_cast<size_t>(comm_->rank())],
+                                   slice_offsets_[static_cast<size_t>(comm_->rank()) + 1]);
+  else
+    opt_ = std::make_unique<AdamW>(model_->params(), adamw);
   graph_ = std::make_unique<TrainGraph<float>>(c, options_.batch, context_, kernel);
   sampler_ = std::make_unique<BatchSampler>(data_.train, options_.batch, context_, options_.seed, "training",
                                             data_.train_source);
@@ -184,23 +203,6 @@ TrainSession::TrainSession(TrainOptions options, const ModelConfig& config, std:
   if (!data_.val.empty() || !options_.val_data.empty() || options_.val_fraction > 0)
     BatchSampler(data_.val, options_.batch, context_, options_.seed, "validation", data_.val_source);
   tree_nodes_.reserve(64);  // a tree over at most 2^63 micro-batches: no allocation per step
-  comm_ = &Comm::world();
-  if (options_.grad_accum % comm_->size() != 0)
-    fail_input("--grad-accum",
-               "--grad-accum {} is not a multiple of the {} processes of this run (mpirun -np {}): each process "
-               "computes --grad-accum / N of a step's micro-batches",
-               options_.grad_accum, comm_->size(), comm_->size());
-  micro_losses_.assign(static_cast<size_t>(options_.grad_accum / comm_->size()), 0.0);
-  {
-    const int n_proc = comm_->size();
-    const int64_t n = grads_.size(), n_pieces = (n + kNormPiece - 1) / kNormPiece;
-    slice_offsets_.resize(static_cast<size_t>(n_proc) + 1);
-    for (int q = 0; q <= n_proc; ++q)
-      slice_offsets_[static_cast<size_t>(q)] = std::min(n, n_pieces * q / n_proc * kNormPiece);
-    if (options_.zero == 1 && comm_->distributed())
-      opt_->shard(slice_offsets_[static_cast<size_t>(comm_->rank())],
-                  slice_offsets_[static_cast<size_t>(comm_->rank()) + 1]);
-  }
   inputs_.resize(options_.batch * context_);
   targets_.resize(options_.batch * context_);
 }
@@ -451,14 +453,14 @@ void TrainSession::save_model(const std::string& path) {
   tformer::save_model(path, *model_, tokenizer_.get(), chat_template_);
 }
 
-void TrainSession::save_checkpoint(const std::string& path) {
+void TrainSession::save_checkpoint(const std::string& path) { save_checkpoint(path, opt_->m(), opt_->v()); }
+
+void TrainSession::save_checkpoint(const std::string& path, Arena& m, Arena& v) {
   Arena& p = model_->params();
   std::vector<TensorToWrite> tensors;
   for (const auto& e : p.entries()) tensors.push_back({e.name, e.shape.dims(), p.view(e).data()});
-  for (const auto& e : p.entries())
-    tensors.push_back({"optimizer.m." + e.name, e.shape.dims(), opt_->m().view(e).data()});
-  for (const auto& e : p.entries())
-    tensors.push_back({"optimizer.v." + e.name, e.shape.dims(), opt_->v().view(e).data()});
+  for (const auto& e : p.entries()) tensors.push_back({"optimizer.m." + e.name, e.shape.dims(), m.view(e).data()});
+  for (const auto& e : p.entries()) tensors.push_back({"optimizer.v." + e.name, e.shape.dims(), v.view(e).data()});
   const auto rng = sampler_->state();
   const nlohmann::json state = {{"format", 1},
                                 {"step", step_},
@@ -473,15 +475,6 @@ void TrainSession::save_checkpoint(const std::string& path) {
 }
 
 void TrainSession::load_checkpoint(const std::string& path) {
-  // ZeRO-1: the full moments are read (the checkpoint holds them whole), then this slice kept.
-  const bool reshard = zero_sharded();
-  const int64_t lo = reshard ? opt_->shard_begin() : 0, hi = reshard ? opt_->shard_end() : 0;
-  if (reshard) opt_->unshard();
-  load_checkpoint_whole(path);
-  if (reshard) opt_->shard(lo, hi);
-}
-
-void TrainSession::load_checkpoint_whole(const std::string& path) {
   const SafetensorsFile f = SafetensorsFile::open(path);
   const nlohmann::json state = f.metadata_json("train_state", "not a training checkpoint");
   if (f.metadata_json("config", "not a training checkpoint") != model_->config().to_json())
@@ -493,15 +486,31 @@ void TrainSession::load_checkpoint_whole(const std::string& path) {
     fail_file(path, "{}: {} tensors; a checkpoint of this model holds {} (weights, optimizer.m.*, optimizer.v.*)", path,
               f.tensors().size(), expected);
   Arena& p = model_->params();
+  // ZeRO-1: each moment tensor is read whole into a scratch buffer (at most the largest tensor) and
+  // the part inside this process's slice kept.
+  const bool sharded = zero_sharded();
+  const int64_t lo = sharded ? opt_->shard_begin() : 0, hi = sharded ? opt_->shard_end() : 0;
+  std::vector<float> scratch;
   for (const auto& e : p.entries()) {
-    for (auto [prefix, arena] :
-         {std::pair<const char*, Arena*>{"", &p}, {"optimizer.m.", &opt_->m()}, {"optimizer.v.", &opt_->v()}}) {
+    for (auto [prefix, moment] : {std::pair<const char*, int>{"", 0}, {"optimizer.m.", 1}, {"optimizer.v.", 2}}) {
       const std::string name = prefix + e.name;
       const SafetensorsTensor& t = f.at(name);
       if (t.shape != e.shape.dims())
         fail_file(name, "{}: tensor '{}' has shape {}; this model needs {}", path, name, shape_str(t.shape),
                   e.shape.str());
-      f.read_f32(name, arena->view(e).data(), e.shape.numel());
+      const int64_t numel = e.shape.numel();
+      if (moment == 0) {
+        f.read_f32(name, p.view(e).data(), numel);
+      } else if (!sharded) {
+        f.read_f32(name, (moment == 1 ? opt_->m() : opt_->v()).view(e).data(), numel);
+      } else {
+        const int64_t a = std::max(lo, e.offset), b = std::min(hi, e.offset + numel);
+        if (a >= b) continue;
+        scratch.resize(static_cast<size_t>(numel));
+        f.read_f32(name, scratch.data(), numel);
+        float* dst = moment == 1 ? opt_->shard_m() : opt_->shard_v();
+        std::copy(scratch.data() + (a - e.offset), scratch.data() + (b - e.offset), dst + (a - lo));
+      }
     }
   }
   step_ = state["step"].get<int64_t>();
@@ -525,18 +534,28 @@ void TrainSession::save_run(const std::string& checkpoint_path, const std::strin
   if (zero_sharded()) {
     // ZeRO-1: the moments' slices gathered on rank 0 into full arenas for the checkpoint (which
     // does not depend on N), then sharded again.
+    // The gradient buffer (free until the next step zeroes it) and the first tree buffer (or a
+    // temporary when there is none) hold the gathered moments, so the save adds no memory.
     const int me = comm_->rank();
     std::vector<int64_t> cnt(static_cast<size_t>(comm_->size())), off(slice_offsets_.begin(), slice_offsets_.end() - 1);
     for (size_t q = 0; q < cnt.size(); ++q) cnt[q] = slice_offsets_[q + 1] - slice_offsets_[q];
-    const int64_t lo = opt_->shard_begin(), hi = opt_->shard_end();
-    std::vector<float> m(opt_->shard_m(), opt_->shard_m() + (hi - lo)), v(opt_->shard_v(), opt_->shard_v() + (hi - lo));
-    if (me == 0) opt_->unshard();
-    comm_->gatherv(m.data(), me == 0 ? opt_->m().data() : nullptr, cnt, off);
-    comm_->gatherv(v.data(), me == 0 ? opt_->v().data() : nullptr, cnt, off);
+    Arena temporary;
+    Arena& m = grads_;
+    Arena* v = &temporary;
     if (me == 0) {
-      save_checkpoint(checkpoint_path);
+      if (partials_.empty()) {
+        temporary.mirror(grads_);
+      } else {
+        v = partials_[0].get();
+      }
+      m.zero();
+      v->zero();  // the padding between tensors stays zero, as in an unsharded checkpoint
+    }
+    comm_->gatherv(opt_->shard_m(), me == 0 ? m.data() : nullptr, cnt, off);
+    comm_->gatherv(opt_->shard_v(), me == 0 ? v->data() : nullptr, cnt, off);
+    if (me == 0) {
+      save_checkpoint(checkpoint_path, m, *v);
       save_model(model_path);
-      opt_->shard(lo, hi);
     }
     return;
   }

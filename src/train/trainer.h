@@ -150,7 +150,7 @@ class TrainSession {
   std::vector<int64_t> slice_offsets_;
   bool zero_sharded() const { return opt_->sharded(); }
   double sharded_grad_norm();  // ZeRO-1: the global norm from each process's slice
-  void load_checkpoint_whole(const std::string& path);
+  void save_checkpoint(const std::string& path, Arena& m, Arena& v);  // with these moments
   std::unique_ptr<AdamW> opt_;
   std::unique_ptr<TrainGraph<float>> graph_;
   std::unique_ptr<BatchSampler> sampler_;
