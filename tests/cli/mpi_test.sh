@@ -10,7 +10,9 @@
 #   * --grad-accum not a multiple of N, and ranks given other options or other data, refused by name;
 #   * a rank killed with SIGKILL ends the job within seconds, non-zero, naming the rank; a rank
 #     stopped with SIGSTOP is named by tformer's own watchdog (TFORMER_MPI_TIMEOUT) and the job
-#     ends; in both cases the last checkpoint is intact and --resume continues from it.
+#     ends; in both cases the last checkpoint is intact and --resume continues from it;
+#   * two hosts, as two network namespaces on a bridge, equal one process (skipped, saying why,
+#     where namespaces cannot be made).
 # Exit 77 (ctest: skipped) when mpirun is missing or tformer was built without MPI.
 #   tests/cli/mpi_test.sh PATH/TO/tformer
 set -uo pipefail
@@ -149,6 +151,54 @@ for how in KILL STOP; do
     > "$d.resume.log" 2>&1
   check "... the last checkpoint resumes" test $? -eq 0
 done
+
+# Two hosts: two network namespaces on a bridge (the root side holds 10.77.0.1, where the remote
+# daemons reach mpirun), each a host named hosta / hostb with its own address; mpirun starts the
+# remote daemons through an rsh agent that runs them under `ip netns exec`. The two-host run equals
+# one process bit for bit.
+ns_a="tfa$$" ns_b="tfb$$" br="tfbr$$"
+cleanup_net() {
+  ip netns del "$ns_a" 2> /dev/null
+  ip netns del "$ns_b" 2> /dev/null
+  ip link del "$br" 2> /dev/null
+  return 0
+}
+trap 'cleanup_net; [[ -n "${TFORMER_TEST_TMP:-}" ]] || rm -rf "$tmp"' EXIT
+net_up() {
+  ip netns add "$ns_a" && ip netns add "$ns_b" || return 1
+  ip link add "$br" type bridge && ip addr add 10.77.0.1/24 dev "$br" && ip link set "$br" up || return 1
+  local h ns addr
+  for h in a b; do
+    ns="tf$h$$"
+    addr=$([[ $h == a ]] && echo 10.77.0.2 || echo 10.77.0.3)
+    ip link add "tfv$h$$" type veth peer name "tfp$h$$" || return 1
+    ip link set "tfp$h$$" master "$br" && ip link set "tfp$h$$" up || return 1
+    ip link set "tfv$h$$" netns "$ns" || return 1
+    ip netns exec "$ns" ip addr add "$addr/24" dev "tfv$h$$" && ip netns exec "$ns" ip link set "tfv$h$$" up &&
+      ip netns exec "$ns" ip link set lo up || return 1
+  done
+}
+if net_up 2> "$tmp/netns.err"; then
+  cat > "$tmp/agent.sh" <<AGENT
+#!/bin/bash
+# mpirun's rsh agent: HOST COMMAND... -> COMMAND inside that host's network namespace
+host="\$1"; shift
+case "\$host" in hosta) ns=$ns_a ;; hostb) ns=$ns_b ;; *) echo "no host \$host" >&2; exit 1 ;; esac
+exec ip netns exec "\$ns" /bin/sh -c "\$*"
+AGENT
+  chmod 755 "$tmp/agent.sh"
+  printf 'hosta slots=1\nhostb slots=1\n' > "$tmp/hosts"
+  timeout 120 mpirun --hostfile "$tmp/hosts" -np 2 --bind-to none --mca plm_rsh_agent "$tmp/agent.sh" \
+    --mca oob_tcp_if_include 10.77.0.0/24 --mca btl_tcp_if_include 10.77.0.0/24 --mca btl self,tcp \
+    "$tf" train "${base[@]}" --grad-accum 4 --steps 24 --decay-steps 24 --threads 1 --out "$tmp/hosts2" \
+    > "$tmp/hosts2.log" 2>&1
+  check "two hosts (network namespaces): exit 0" test $? -eq 0
+  same_run "two hosts against one process" "$tmp/one4" "$tmp/hosts2"
+  cleanup_net
+else
+  cleanup_net
+  echo "mpi_test: the two-host case is skipped: network namespaces cannot be made here ($(head -c 200 "$tmp/netns.err"))"
+fi
 
 echo "mpi_test: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]
