@@ -828,6 +828,18 @@ TEST_F(GgufModelTest, BrokenAndForeignFilesAreErrorsNamingTheKeyOrTensor) {
     EXPECT_ERROR(load_model(bad), ErrorKind::Unsupported, "rope_freqs.weight");
   }
   {
+    // Keys claiming more than the tensors hold (a fuzzed file: 4,000 layers, an 800 MB allocation)
+    // are refused before the weights are allocated, naming the first tensor that is not there.
+    Parts p = parts_of(path("ok.gguf"));
+    set_value(p, "llama.block_count", GgufValue::u32(4000));
+    write(p);
+    EXPECT_ERROR(load_model(bad), ErrorKind::BadFile, "blk.2.attn_output.weight");
+    p = parts_of(path("ok.gguf"));
+    set_value(p, "llama.feed_forward_length", GgufValue::u32(1 << 20));
+    write(p);
+    EXPECT_ERROR(load_model(bad), ErrorKind::BadFile, "blk.0.ffn_down.weight", "ne");
+  }
+  {
     Parts p = parts_of(path("ok.gguf"));
     std::erase_if(p.tensors, [](const auto& t) { return t.name == "blk.1.ffn_up.weight"; });
     write(p);

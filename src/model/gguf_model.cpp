@@ -684,7 +684,8 @@ class GgufReader {
 };
 
 // The values of a tensor as floats, after checking its row-major shape.
-std::vector<float> read_floats(const GgufFile& f, const std::string& name, const std::vector<int64_t>& shape) {
+// The tensor, after checking that it is there with the (row-major) shape the keys imply.
+const GgufTensor& tensor_of_shape(const GgufFile& f, const std::string& name, const std::vector<int64_t>& shape) {
   const GgufTensor& t = f.tensor(name);
   const std::vector<int64_t> ne(shape.rbegin(), shape.rend());
   if (t.ne != ne) {
@@ -695,6 +696,11 @@ std::vector<float> read_floats(const GgufFile& f, const std::string& name, const
     };
     fail_file(name, "{}: tensor {} has ne {} but the model's keys imply {}", f.path(), name, dims(t.ne), dims(ne));
   }
+  return t;
+}
+
+std::vector<float> read_floats(const GgufFile& f, const std::string& name, const std::vector<int64_t>& shape) {
+  const GgufTensor& t = tensor_of_shape(f, name, shape);
   const auto n = static_cast<size_t>(t.numel());
   std::vector<float> out(n);
   if (t.type == static_cast<uint32_t>(GgmlType::F32)) {
@@ -957,6 +963,16 @@ LoadedModel load_gguf_model(const std::string& path) {
     fail_file("tokenizer.ggml.tokens", "{}: {} tokens but token_embd.weight has {} rows", path,
               out.tokenizer->vocab_size(), c.vocab_size);
   out.chat_template = r.string_or("tokenizer.chat_template", "");
+  // Before the weights are allocated: the tensors whose shapes hold the sizes the keys give
+  // (the embedding's vocab x width, above; each layer's output projection and feed-forward down
+  // projection, which every architecture has), so that keys claiming more than the file's tensors
+  // hold cost nothing.
+  if (c.positions == Positions::Learned) tensor_of_shape(f, "position_embd.weight", {c.context_length, d});
+  for (int64_t i = 0; i < c.n_layers; ++i) {
+    const std::string g = "blk." + std::to_string(i) + ".";
+    tensor_of_shape(f, g + "attn_output.weight", {d, dq});
+    tensor_of_shape(f, g + "ffn_down.weight", {d, c.d_ff});
+  }
   out.model = std::make_unique<Model>(c);
   auto& arena = out.model->params();
   std::map<std::string, bool> used;
