@@ -189,7 +189,7 @@ AGENT
   chmod 755 "$tmp/agent.sh"
   printf 'hosta slots=1\nhostb slots=1\n' > "$tmp/hosts"
   timeout 120 mpirun --hostfile "$tmp/hosts" -np 2 --bind-to none --mca plm_rsh_agent "$tmp/agent.sh" \
-    --mca oob_tcp_if_include 10.77.0.0/24 --mca btl_tcp_if_include 10.77.0.0/24 --mca btl self,tcp \
+    --mca routed direct --mca oob_tcp_if_include 10.77.0.0/24 --mca btl_tcp_if_include 10.77.0.0/24 --mca btl self,tcp \
     "$tf" train "${base[@]}" --grad-accum 4 --steps 24 --decay-steps 24 --threads 1 --out "$tmp/hosts2" \
     > "$tmp/hosts2.log" 2>&1
   check "two hosts (network namespaces): exit 0" test $? -eq 0
