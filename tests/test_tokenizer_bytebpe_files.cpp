@@ -98,6 +98,23 @@ TEST_F(ByteBpeBadFiles, IdsOutsideTheVocabulary) {
   EXPECT_TRUE(load_fails("zz", "encoder.json", "260"));
 }
 
+TEST_F(ByteBpeBadFiles, SpecialTokensAreSpelledInTheByteAlphabetBothWays) {
+  // A fuzzed encoder.json: "<|\u00aa|>" spells the bytes "<|", 0xAA, "|>", which are not UTF-8: no
+  // JSON form could hold that special token (saving a model with it threw a JSON exception).
+  auto j = nlohmann::json::parse(encoder());
+  j.erase("<|endoftext|>");
+  j["<|\u00aa|>"] = 260;
+  set_encoder(j.dump());
+  EXPECT_TRUE(load_fails("special_tokens", "encoder.json", "not valid UTF-8"));
+  // A special token of non-ASCII text is written as load_gpt2 reads it back: through the alphabet.
+  const ByteBpeTokenizer accented(test::identity_bytes(), {{97, 98}, {256, 99}, {98, 99}, {97, 97}},
+                                  {{"<|\u00e9t\u00e9|>", 260}});
+  accented.save_gpt2(encoder_path(), vocab_path());
+  const ByteBpeTokenizer back = ByteBpeTokenizer::load_gpt2(encoder_path(), vocab_path());
+  EXPECT_EQ(back.to_json(), accented.to_json());
+  EXPECT_EQ(back.encode("x<|\u00e9t\u00e9|>", true), (Ids{120, 260}));
+}
+
 TEST_F(ByteBpeBadFiles, MissingFilesAreNamed) {
   std::filesystem::remove(dir_.path() / "vocab.bpe");
   EXPECT_TRUE(load_fails(vocab_path(), "cannot open"));

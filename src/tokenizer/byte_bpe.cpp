@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/utf8.h"
 #include "tokenizer/byte_bpe.h"
 #include "tokenizer/byte_bpe_tables.h"
 
@@ -71,6 +72,9 @@ ByteBpeTokenizer::ByteBpeTokenizer(const std::array<unsigned char, 256>& byte_of
   tokens_.resize(static_cast<size_t>(last) + 1);
   for (const auto& [text, id] : specials_) {
     if (text.empty()) fail_input("special_tokens", "byte-bpe: a special token has empty text");
+    // The JSON form (a model file's tokenizer, encoder.json) holds each special token as a string.
+    if (!is_valid_utf8(text))
+      fail_input("special_tokens", "byte-bpe: special token '{}' (id {}) is not valid UTF-8", spelled(text), id);
     if (id < static_cast<TokenId>(n_ordinary) || !tokens_[id].empty())
       fail_input(text, "byte-bpe: special token '{}' has id {}; special tokens take ids from {}, one each", text, id,
                  n_ordinary);

@@ -146,10 +146,9 @@ ByteBpeTokenizer ByteBpeTokenizer::load_gpt2_dir(const std::string& dir) {
 
 void ByteBpeTokenizer::save_gpt2(const std::string& encoder_path, const std::string& vocab_path) const {
   nlohmann::ordered_json encoder = nlohmann::ordered_json::object();
-  for (size_t id = 0; id < tokens_.size(); ++id) {
-    const bool special = id >= 256 + merges_.size();
-    encoder[special ? tokens_[id] : gpt2_bytes_to_unicode(tokens_[id])] = id;
-  }
+  // Special tokens too are spelled in GPT-2's alphabet, as load_gpt2 reads every token
+  // ("<|endoftext|>" spells itself).
+  for (size_t id = 0; id < tokens_.size(); ++id) encoder[gpt2_bytes_to_unicode(tokens_[id])] = id;
   std::string vocab = "#version: 0.2\n";
   for (const auto& [left, right] : merges_)
     vocab += gpt2_bytes_to_unicode(tokens_[left]) + " " + gpt2_bytes_to_unicode(tokens_[right]) + "\n";
