@@ -1,17 +1,42 @@
 // The plain-program half of a fuzz target (fuzz/fuzz_util.h): runs LLVMFuzzerTestOneInput on
 // every file named, or on every file in every folder named (but a README.md; a folder after
 // --optional may be missing), in name order, and prints how many.
-// A bug aborts (the file it was on is printed first), so `make test` fails on a regression input.
+// A bug aborts (the file it was on is printed first), so `make test` fails on a regression input;
+// so does a single allocation above the fuzzers' 512 MiB limit.
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <new>
 #include <string>
 #include <vector>
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
+
+// The single-allocation limit of `make fuzz` (-malloc_limit_mb=512, scripts/fuzz.sh), kept here
+// too, so that a regression input of an oversized allocation (a length field trusted before it
+// was checked) fails the replay rather than merely costing memory.
+namespace {
+constexpr size_t kMallocLimit = size_t{512} << 20;
+void* limited_alloc(size_t n) {
+  if (n > kMallocLimit) {
+    std::fprintf(stderr, "replay: an allocation of %zu bytes, above the fuzzers' limit of 512 MiB\n", n);
+    std::abort();
+  }
+  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
+  throw std::bad_alloc();
+}
+}  // namespace
+
+void* operator new(size_t n) { return limited_alloc(n); }
+void* operator new[](size_t n) { return limited_alloc(n); }
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, size_t) noexcept { std::free(p); }
+void operator delete[](void* p, size_t) noexcept { std::free(p); }
 
 int main(int argc, char** argv) {
   std::vector<std::filesystem::path> files;

@@ -21,8 +21,11 @@ for t in "$@"; do
   [[ -f "$root/fuzz/$t.dict" ]] && dict=(-dict="$root/fuzz/$t.dict")
   log="$build/fuzz_$t.log"
   rc=0
+  # The regression inputs are read too, under the same limits (a fixed bug must stay fixed).
+  regressions=()
+  [[ -d "$root/fuzz/regressions/$t" ]] && regressions=("$root/fuzz/regressions/$t")
   (cd "$build/artifacts" && "$exe" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=512 \
-    -print_final_stats=1 "${dict[@]}" "$build/corpus/$t" "$root/fuzz/corpus/$t") > "$log" 2>&1 || rc=$?
+    -print_final_stats=1 "${dict[@]}" "$build/corpus/$t" "$root/fuzz/corpus/$t" "${regressions[@]}") > "$log" 2>&1 || rc=$?
   done_line="$(grep -E '^#[0-9]+.*DONE' "$log" | tail -1 || true)"
   if [[ $rc -ne 0 ]]; then
     echo "fuzz $t: FAILED (exit $rc); $log says:" >&2

@@ -48,7 +48,8 @@ TEST_F(SafetensorsTest, RoundTripKeepsShapesValuesOrderAndMetadata) {
   const float scalar = 42.0f;                                // []
   const std::vector<float> c = {1, 2, 3, 4, 5, 6};           // [2, 1, 3]
   const std::map<std::string, std::string> meta = {{"config", "{\"d_model\": 8}"},
-                                                   {"tokenizer", "line one\nline \"two\" \xc3\xbc"}};
+                                                   {"tokenizer", "line one\nline \"two\" \xc3\xbc"},
+                                                   {"huge", "{\"steps\": 1e3004}"}};
   const std::string p = path("m.safetensors");
   write_safetensors(p,
                     {{"layers.0.a", {3, 4}, a.data()},
@@ -65,6 +66,8 @@ TEST_F(SafetensorsTest, RoundTripKeepsShapesValuesOrderAndMetadata) {
   EXPECT_ERROR(f.metadata_json("train_state", "not a checkpoint"), ErrorKind::BadFile, "train_state",
                "not a checkpoint");
   EXPECT_ERROR(f.metadata_json("tokenizer", "-"), ErrorKind::BadFile, "tokenizer", "not valid JSON");
+  // A number beyond double's range is refused the same way (fuzzing found it thrown past the reader).
+  EXPECT_ERROR(f.metadata_json("huge", "-"), ErrorKind::BadFile, "huge", "number overflow");
   EXPECT_EQ(f.data_start() % 8, 0u);
   EXPECT_EQ(f.file_size(), f.data_start() + (12 + 5 + 1 + 0 + 6) * 4);
   ASSERT_EQ(f.tensors().size(), 5u);

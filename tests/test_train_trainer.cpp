@@ -322,6 +322,13 @@ TEST(TrainOptions, JsonRoundTripAndErrors) {
   nlohmann::json j = o.to_json();
   j["learning_rate"] = 1;
   EXPECT_ERROR(TrainOptions::from_json(j, "test"), ErrorKind::BadFile, "learning_rate", "unknown training option");
+  // Integer options take integers that fit (fuzzing found "steps": 1e300, an undefined conversion).
+  for (const auto& [key, value] : std::vector<std::pair<const char*, nlohmann::json>>{
+           {"steps", 1e300}, {"steps", 2.5}, {"seed", -1}, {"threads", int64_t{1} << 40}, {"zero", -3000000000LL}}) {
+    nlohmann::json k = o.to_json();
+    k[key] = value;
+    EXPECT_ERROR(TrainOptions::from_json(k, "ckpt"), ErrorKind::BadFile, key, "must be an integer in") << key;
+  }
   TrainOptions bad = small_options();
   bad.grad_accum = 0;
   EXPECT_ERROR(bad.validate(), ErrorKind::BadInput, "--grad-accum", "--grad-accum is 0");

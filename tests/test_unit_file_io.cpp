@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <filesystem>
+#include <fstream>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -251,6 +252,22 @@ TEST_F(FileIoTest, StaleTemporariesOfDeadProcessesAreRemoved) {
   EXPECT_EQ(listing(), (std::vector<std::string>{"other.bin.tmp." + dead + ".0.0badf00d", "run.bin",
                                                  "run.bin.tmp." + alive + ".1.12345678", "run.bin.tmp.notapid.0"}));
   remove_stale_temporaries(path("no-such-folder"), [](std::string_view) { return true; });  // no error
+}
+
+// A writer killed mid-write leaves its temporary; the next write of that target removes it (and
+// no other target's, nor a live process's, nor this process's own).
+TEST_F(FileIoTest, AWriteRemovesTheStaleTemporariesOfItsTarget) {
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  ASSERT_GT(child, 0);
+  ::waitpid(child, nullptr, 0);
+  const std::string dead = std::to_string(child), alive = std::to_string(::getppid()), me = std::to_string(::getpid());
+  for (const std::string& name : {"model.gguf.tmp." + dead + ".3.00c0ffee", "model.gguf.tmp." + alive + ".0.1",
+                                  "model.gguf.tmp." + me + ".9.2", "codes.tmp." + dead + ".0.3"})
+    std::ofstream(path(name)) << "half";
+  write_file_atomic(path("model.gguf"), "whole");
+  EXPECT_EQ(listing(), (std::vector<std::string>{"codes.tmp." + dead + ".0.3", "model.gguf",
+                                                 "model.gguf.tmp." + alive + ".0.1", "model.gguf.tmp." + me + ".9.2"}));
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 #include "core/threads.h"
 #include "io/safetensors.h"
 #include "model/checkpoint.h"
+#include "model/params.h"
 #include "train/comm.h"
 #include "train/data.h"
 
@@ -140,8 +141,20 @@ void run_training(TrainOptions o, const std::string& resume_dir, const std::vect
     if (!std::count(given.begin(), given.end(), std::string("out"))) saved["out"] = resume_dir;
     o = TrainOptions::from_json(saved, ckpt + ": train_state options");
     set_threads(o.threads, comm);
-    ModelConfig config = ModelConfig::from_json(nlohmann::json::parse(meta.at("config")), ckpt + ": config");
-    auto tok = tokenizer_from_json(nlohmann::json::parse(meta.at("tokenizer")));
+    ModelConfig config =
+        ModelConfig::from_json(f.metadata_json("config", "not a training checkpoint"), ckpt + ": config");
+    // The file must hold what the config describes (weights and both moments, of their shapes)
+    // before the session allocates it: a checkpoint whose config claims more is refused here.
+    check_params_fit_in_memory(config, ckpt);
+    {
+      Arena weights;
+      declare_model_params(weights, config);
+      Arena expected;
+      for (const char* prefix : {"", "optimizer.m.", "optimizer.v."})
+        for (const auto& e : weights.entries()) expected.add(prefix + e.name, e.shape);
+      check_arena_tensors(f, expected);
+    }
+    auto tok = tokenizer_from_json(f.metadata_json("tokenizer", "not a training checkpoint"));
     Dataset data = load_run_data(o, *tok, comm);
     session = std::make_unique<TrainSession>(o, config, std::move(tok), std::move(data));
     session->load_checkpoint(ckpt);

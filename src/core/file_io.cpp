@@ -61,6 +61,11 @@ std::string read_file(const std::string& path) {
 // ---- AtomicFile ------------------------------------------------------------------------------------
 
 AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
+  // What an earlier writer of this target left when it was killed (its process is gone): removed,
+  // so that a killed export, quantize or bpe learn leaves nothing behind once it is run again.
+  const std::string name = std::filesystem::path(path_).filename().string();
+  remove_stale_temporaries(
+      folder_of(path_), [&](std::string_view target) { return target == name; }, /*own_pid_is_gone=*/false);
   int fd = -1;
   for (int attempt = 0; attempt < 100 && fd < 0; ++attempt) {
     tmp_ = temporary_name(path_);
@@ -228,7 +233,8 @@ long temporary_owner_pid(std::string_view file_name, std::string_view target_nam
   return pid;
 }
 
-void remove_stale_temporaries(const std::string& dir, const std::function<bool(std::string_view)>& is_target) {
+void remove_stale_temporaries(const std::string& dir, const std::function<bool(std::string_view)>& is_target,
+                              bool own_pid_is_gone) {
   namespace fs = std::filesystem;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
@@ -238,7 +244,8 @@ void remove_stale_temporaries(const std::string& dir, const std::function<bool(s
       const std::string_view target = std::string_view(name).substr(0, at);
       const long pid = temporary_owner_pid(name, target);
       if (pid < 0 || !is_target(target)) continue;
-      const bool alive = pid > 0 && pid != ::getpid() && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM);
+      const bool alive = pid > 0 && (pid != ::getpid() || !own_pid_is_gone) &&
+                         (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM);
       if (!alive) fs::remove(entry.path(), ec);
       break;
     }

@@ -17,7 +17,8 @@
 // names the target.
 //
 // A process killed while writing leaves its temporary behind; remove_stale_temporaries finds such
-// files by their name's pid.
+// files by their name's pid, and every AtomicFile removes those of its own target when it starts
+// (so the next write of a file cleans up after a killed one).
 #pragma once
 
 #include <cstddef>
@@ -106,6 +107,9 @@ long temporary_owner_pid(std::string_view file_name, std::string_view target_nam
 // writing process is gone (no process has their pid; this process's own pid counts as gone too,
 // since a pid is reused: call it only while this process writes nothing into dir). Temporaries of
 // live processes stay. Best effort: a folder or file that cannot be read or removed is skipped.
-void remove_stale_temporaries(const std::string& dir, const std::function<bool(std::string_view)>& is_target);
+// own_pid_is_gone false: this process's own temporaries count as live (AtomicFile's constructor,
+// which removes the stale temporaries of its own target while other threads may be writing).
+void remove_stale_temporaries(const std::string& dir, const std::function<bool(std::string_view)>& is_target,
+                              bool own_pid_is_gone = true);
 
 }  // namespace tformer

@@ -286,6 +286,8 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
     // e.byte counts from 1 within the header text.
     fail_file(path, "{}: the header is not valid JSON (near file offset {}): {}", path,
               8 + (e.byte > 0 ? e.byte - 1 : 0), e.what());
+  } catch (const Json::exception& e) {  // a number beyond double's range (1e400)
+    fail_file(path, "{}: the header is not valid JSON: {}", path, e.what());
   }
   if (!header.is_object()) fail_file(path, "{}: the header must be a JSON object, found {}", path, header.type_name());
 
@@ -361,7 +363,7 @@ Json SafetensorsFile::metadata_json(const std::string& key, std::string_view whe
   if (it == metadata_.end()) fail_file(key, "{}: no \"{}\" in the header's __metadata__; {}", path_, key, when_missing);
   try {
     return Json::parse(it->second);
-  } catch (const Json::parse_error& e) {
+  } catch (const Json::exception& e) {  // parse errors and number overflows (1e400)
     fail_file(key, "{}: __metadata__ \"{}\" is not valid JSON: {}", path_, key, e.what());
   }
 }

@@ -127,7 +127,7 @@ ModelConfig ModelConfig::from_file(const std::string& path) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse errors and number overflows (1e400)
     fail_file(path, "{}: not valid JSON: {}", path, e.what());
   }
   return from_json(j, path);

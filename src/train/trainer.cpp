@@ -8,6 +8,8 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <limits>
+#include <type_traits>
 
 #include "core/error.h"
 #include "core/file_io.h"
@@ -64,7 +66,24 @@ TrainOptions TrainOptions::from_json(const nlohmann::json& j, const std::string&
     if (!ok) fail_file(key, "{}: training option \"{}\" has the wrong type ({})", source, key, value.dump());
   }
   auto get = [&](const char* key, auto& field) {
-    if (j.contains(key)) field = j[key].get<std::remove_reference_t<decltype(field)>>();
+    using T = std::remove_reference_t<decltype(field)>;
+    if (!j.contains(key)) return;
+    const nlohmann::json& v = j[key];
+    if constexpr (std::is_integral_v<T>) {
+      // An integer option must be an integer that fits (a fuzzed 1e300 or -1 for an unsigned one
+      // would otherwise be an undefined conversion).
+      const bool fits =
+          v.is_number_integer()
+              ? (v.is_number_unsigned() ? v.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max())
+                                        : v.get<int64_t>() >= static_cast<int64_t>(std::numeric_limits<T>::min()) &&
+                                              (std::is_unsigned_v<T> ||
+                                               v.get<int64_t>() <= static_cast<int64_t>(std::numeric_limits<T>::max())))
+              : false;
+      if (!fits)
+        fail_file(key, "{}: training option \"{}\" must be an integer in [{}, {}], got {}", source, key,
+                  std::numeric_limits<T>::min(), std::numeric_limits<T>::max(), v.dump());
+    }
+    field = v.get<T>();
   };
   get("data", o.data);
   get("val_data", o.val_data);

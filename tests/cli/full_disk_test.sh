@@ -2,8 +2,8 @@
 # Every writer against a disk that fills up mid-write (ctest "cli.full_disk", label cli; the
 # reliability issue): the checkpoint, the model, the token cache, Sennrich codes, a tokenizer, a
 # GGUF export and metrics.jsonl, each written under a file-size limit below its size (prlimit
-# --fsize: the write fails with EFBIG, since tformer ignores SIGXFSZ), and the checkpoint, the token
-# cache and the export also on a small tmpfs filled to the brim (ENOSPC; when this runs as root).
+# --fsize: the write fails with EFBIG, since tformer ignores SIGXFSZ), and each again on a small
+# tmpfs filled to the brim (ENOSPC; when this runs as root).
 # Each time: exit status 1, a message naming the file and the cause, the previous file intact
 # (byte for byte) or absent when there was none, and no temporary file left behind.
 #   tests/cli/full_disk_test.sh PATH/TO/tformer
@@ -72,7 +72,7 @@ check "checkpoint: the model file is intact too" cmp -s "$tmp/r/model.safetensor
 check "the run continues once there is room" test $? -eq 0
 # The token cache of a new run: its folder, made by this run, goes too.
 refused "token cache" "$tmp/t/tokens-" "$big" 40000 "$tf" train "${flags[@]}" --out "$tmp/t"
-check "token cache: the new run folder is removed" test ! -e "$tmp/t"
+check "token cache: the new run folder is removed, cache and all" test ! -e "$tmp/t"
 # A model.
 cat > "$tmp/cfg.json" <<'JSON'
 {"context_length": 64, "d_model": 64, "n_layers": 2, "n_heads": 4}
@@ -125,11 +125,30 @@ else
   rm -rf "$small/r"
   fill "$small" 40000
   refused "token cache (full disk)" "$small/t/tokens-" "$nospace" - "$tf" train "${flags[@]}" --out "$small/t"
+  check "token cache (full disk): the new run folder is removed, cache and all" test ! -e "$small/t"
   rm -f "$small/filler"
   cp "$e.prev" "$small/model.gguf"
   cp "$e.prev" "$small/model.gguf.prev"
   fill "$small" 8192
   refused "export (full disk)" "$small/model.gguf" "$nospace" - "$tf" export --model "$m" --out "$small/model.gguf"
+  # The other writers on the full disk too: a model, codes, a tokenizer, the metrics log.
+  rm -f "$small/filler" "$small"/model.gguf*
+  for f in model.safetensors codes tok.json; do cp "$tmp/m/$f.prev" "$small/$f" && cp "$tmp/m/$f.prev" "$small/$f.prev"; done
+  fill "$small" 4096
+  refused "model (full disk)" "$small/model.safetensors" "$nospace" - \
+    "$tf" init --config "$tmp/cfg.json" --tokenizer char --seed 2 --out "$small/model.safetensors"
+  refused "codes (full disk)" "$small/codes" "$nospace" - "$tf" bpe learn --input "$data" --merges 1000 --output "$small/codes"
+  refused "tokenizer (full disk)" "$small/tok.json" "$nospace" - \
+    "$tf" tokenizer train --input "$data" --vocab-size 900 --output "$small/tok.json"
+  rm -f "$small/filler" "$small"/model.safetensors* "$small"/codes* "$small"/tok.json*
+  cp -r "$tmp/r" "$small/r2"
+  rm -f "$small"/r2/*.prev "$small"/r2/tokens-*.bin.tmp.*
+  cp "$small/r2/metrics.jsonl" "$small/r2/metrics.jsonl.prev"
+  # Every page full: resuming rewrites metrics.jsonl first (dropping records after the checkpoint),
+  # and that write finds no room.
+  fill "$small" 0
+  refused "metrics.jsonl (full disk)" "$small/r2/metrics.jsonl" "$nospace" - \
+    "$tf" train --resume "$small/r2" --steps 30 --eval-every 1
 fi
 
 echo "full_disk_test: $passed passed, $failed failed"
