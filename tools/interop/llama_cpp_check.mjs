@@ -80,7 +80,8 @@ function refill(file, seed) {
 
 const tformerProbs = (model, ids, V) => lib.tformerProbs(tformer, work, model, ids, V);
 const tformerGreedy = (model, prompt, n, V) => lib.tformerGreedy(tformer, work, model, prompt, n, V);
-const llamaCppProbs = (ggufPath, ids, V, contextSize) => lib.llamaCppProbs(llama, ggufPath, ids, V, contextSize);
+const llamaCppProbs = (ggufPath, ids, V, contextSize, batchSize) =>
+  lib.llamaCppProbs(llama, ggufPath, ids, V, contextSize, batchSize);
 const llamaCppGreedy = (ggufPath, prompt, n, V, contextSize) => lib.llamaCppGreedy(llama, ggufPath, prompt, n, V, contextSize);
 
 const llama = await getLlama({gpu: false, build: "never", logLevel: "error"});
@@ -138,7 +139,9 @@ async function checkModel(m, index) {
   const V = 256, T = 48;
   const r = rng(77 + index);
   const ids = Array.from({length: T}, () => r.int(V));
-  const cpp = await llamaCppProbs(out, ids, V, m.config.context_length);
+  // Quantized weights in batches of fewer than 32 rows (llama_cpp_lib.mjs: llama.cpp's AMX path).
+  const batch = ["q8_0", "q4_0"].includes(m.type) ? 16 : m.config.context_length;
+  const cpp = await llamaCppProbs(out, ids, V, m.config.context_length, batch);
   const viaGguf = tformerProbs(out, ids, V), viaOriginal = tformerProbs(st, ids, V);
   if (only) {
     const per = [];

@@ -53,10 +53,15 @@ export function maxAbsDiff(a, b) {
   return worst;
 }
 
-export async function llamaCppProbs(llama, ggufPath, ids, V, contextSize) {
+// batchSize: the rows llama.cpp evaluates at once (default: the whole context). The quantized
+// checks pass 16: on CPUs with AMX (Intel Xeon, Sapphire Rapids on), node-llama-cpp 3.21.1's
+// prebuilt CPU backend gives NaN and wrong probabilities for Q8_0 and Q4_0 weights in batches of
+// 32 rows or more (its AMX path), while batches of fewer rows and one-token decoding agree with
+// tformer to 2.6e-7 (seen on this workplace's Xeon; AMD's Zen 4 has no AMX and never showed it).
+export async function llamaCppProbs(llama, ggufPath, ids, V, contextSize, batchSize = contextSize) {
   const model = await llama.loadModel({modelPath: ggufPath});
   const ctx = await model.createContext({
-    contextSize, batchSize: contextSize, experimentalKvCacheKeyType: "F32", experimentalKvCacheValueType: "F32",
+    contextSize, batchSize, experimentalKvCacheKeyType: "F32", experimentalKvCacheValueType: "F32",
     flashAttention: false,  // llama.cpp's CPU flash attention rounds the queries to F16 (errors ~1e-3)
   });
   const seq = ctx.getSequence();

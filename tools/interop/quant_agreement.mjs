@@ -67,7 +67,8 @@ for (const type of types) {
   let klSum = 0, klOrig = 0, worst = 0, n = 0;
   for (const [k, w] of wins.entries()) {
     const ours = lib.tformerProbs(tformer, work, file, w, V);
-    const theirs = await lib.llamaCppProbs(llama, file, w, V, ctx);
+    // Quantized weights in batches of 16 rows (llama_cpp_lib.mjs: llama.cpp's AMX path).
+    const theirs = await lib.llamaCppProbs(llama, file, w, V, ctx, ["q8_0", "q4_0"].includes(type) ? 16 : ctx);
     for (let t = 0; t < w.length; t++) {
       klSum += kl(ours, theirs, t * V);
       klOrig += kl(ours, original[k], t * V);
