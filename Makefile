@@ -108,7 +108,8 @@ lint: configure
 # Everything CI runs (.ci/run: format, test, test-interop, test-tsan, fuzz, demo) plus the slow
 # checks it leaves out: clang-tidy on every translation unit, every test under ASan and UBSan,
 # every test on the portable build, the 50-kill loop.
-ci-full: lint test-sanitize test-portable test-long
+ci-full: lint test-sanitize test-tsan test-portable test-long
+	@FUZZ_SECONDS=15 $(MAKE) --no-print-directory fuzz
 	@bash .ci/run
 
 clean:
