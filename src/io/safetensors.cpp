@@ -447,12 +447,19 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
   store_le64(len_bytes, text.size());
   file.write(len_bytes, 8);
   file.write(text);
+  std::vector<float> scratch;  // for the tensors filled as they are written: the largest of them
   for (size_t i = 0; i < tensors.size(); ++i) {
     if (sizes[i] == 0) continue;
-    if (tensors[i].data == nullptr)
+    if (tensors[i].data == nullptr && !tensors[i].fill)
       fail_input(tensors[i].name, "{}: tensor '{}' has shape {} but no data", path, tensors[i].name,
                  shape_str(tensors[i].shape));
-    file.write(tensors[i].data, sizes[i]);
+    if (tensors[i].data != nullptr) {
+      file.write(tensors[i].data, sizes[i]);
+    } else {
+      scratch.resize(sizes[i] / sizeof(float));
+      tensors[i].fill(scratch.data());
+      file.write(scratch.data(), sizes[i]);
+    }
   }
   file.commit();
 }

@@ -24,6 +24,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <string_view>
@@ -103,11 +104,14 @@ class SafetensorsFile {
 };
 
 // A float32 tensor to write: shape row-major, data holds numel(shape) floats (may be null only
-// when that count is 0).
+// when that count is 0, or when fill is set). fill, when set and data is null, is called once, in
+// the tensors' order, with a buffer of numel(shape) floats to fill just before they are written (a
+// tensor gathered from other processes, never whole in memory beside the others: ZeRO-1's moments).
 struct TensorToWrite {
   std::string name;
   std::vector<int64_t> shape;
   const float* data = nullptr;
+  std::function<void(float*)> fill = nullptr;
 };
 
 // Writes an F32 safetensors file: tensors laid out in the given order, `__metadata__` first in the

@@ -472,14 +472,24 @@ void TrainSession::save_model(const std::string& path) {
   tformer::save_model(path, *model_, tokenizer_.get(), chat_template_);
 }
 
-void TrainSession::save_checkpoint(const std::string& path) { save_checkpoint(path, opt_->m(), opt_->v()); }
+void TrainSession::save_checkpoint(const std::string& path) {
+  TF_CHECK(!zero_sharded(), "save_checkpoint({}): ZeRO-1 checkpoints are written by save_run", path);
+  save_checkpoint(path, nullptr);
+}
 
-void TrainSession::save_checkpoint(const std::string& path, Arena& m, Arena& v) {
+void TrainSession::save_checkpoint(const std::string& path, const MomentSource* gather) {
   Arena& p = model_->params();
   std::vector<TensorToWrite> tensors;
   for (const auto& e : p.entries()) tensors.push_back({e.name, e.shape.dims(), p.view(e).data()});
-  for (const auto& e : p.entries()) tensors.push_back({"optimizer.m." + e.name, e.shape.dims(), m.view(e).data()});
-  for (const auto& e : p.entries()) tensors.push_back({"optimizer.v." + e.name, e.shape.dims(), v.view(e).data()});
+  for (int moment = 1; moment <= 2; ++moment)
+    for (const auto& e : p.entries()) {
+      TensorToWrite t{(moment == 1 ? "optimizer.m." : "optimizer.v.") + e.name, e.shape.dims()};
+      if (gather == nullptr)
+        t.data = (moment == 1 ? opt_->m() : opt_->v()).view(e).data();
+      else
+        t.fill = [gather, moment, &e](float* out) { (*gather)(moment, e, out); };
+      tensors.push_back(std::move(t));
+    }
   const auto rng = sampler_->state();
   const nlohmann::json state = {{"format", 1},
                                 {"step", step_},
@@ -551,30 +561,32 @@ void TrainSession::save_run(const std::string& checkpoint_path, const std::strin
                "intact",
                step_, bad, checkpoint_path);
   if (zero_sharded()) {
-    // ZeRO-1: the moments' slices gathered on rank 0 into full arenas for the checkpoint (which
-    // does not depend on N), then sharded again.
-    // The gradient buffer (free until the next step zeroes it) and the first tree buffer (or a
-    // temporary when there is none) hold the gathered moments, so the save adds no memory.
-    const int me = comm_->rank();
-    std::vector<int64_t> cnt(static_cast<size_t>(comm_->size())), off(slice_offsets_.begin(), slice_offsets_.end() - 1);
-    for (size_t q = 0; q < cnt.size(); ++q) cnt[q] = slice_offsets_[q + 1] - slice_offsets_[q];
-    Arena temporary;
-    Arena& m = grads_;
-    Arena* v = &temporary;
-    if (me == 0) {
-      if (partials_.empty()) {
-        temporary.mirror(grads_);
-      } else {
-        v = partials_[0].get();
+    // ZeRO-1: the checkpoint holds whole moments (it does not depend on N). Each moment tensor is
+    // gathered on rank 0 as the writer reaches it, from the processes whose slices it crosses,
+    // into the writer's buffer (at most the largest tensor), so rank 0 never holds whole moments.
+    // Every process makes the same gathers in the writer's order: every m tensor, then every v.
+    const int n_proc = comm_->size();
+    const int64_t lo = opt_->shard_begin();
+    std::vector<int64_t> cnt(static_cast<size_t>(n_proc)), off(static_cast<size_t>(n_proc));
+    const MomentSource gather = [&](int moment, const Arena::Entry& e, float* out) {
+      const int64_t numel = e.shape.numel();
+      for (int q = 0; q < n_proc; ++q) {
+        const int64_t a = std::max(e.offset, slice_offsets_[static_cast<size_t>(q)]);
+        const int64_t b = std::min(e.offset + numel, slice_offsets_[static_cast<size_t>(q) + 1]);
+        cnt[static_cast<size_t>(q)] = std::max<int64_t>(0, b - a);
+        off[static_cast<size_t>(q)] = std::max<int64_t>(0, a - e.offset);
       }
-      m.zero();
-      v->zero();  // the padding between tensors stays zero, as in an unsharded checkpoint
-    }
-    comm_->gatherv(opt_->shard_m(), me == 0 ? m.data() : nullptr, cnt, off);
-    comm_->gatherv(opt_->shard_v(), me == 0 ? v->data() : nullptr, cnt, off);
-    if (me == 0) {
-      save_checkpoint(checkpoint_path, m, *v);
+      const float* shard = moment == 1 ? opt_->shard_m() : opt_->shard_v();
+      const int64_t a = std::max(e.offset, lo);
+      comm_->gatherv(cnt[static_cast<size_t>(comm_->rank())] > 0 ? shard + (a - lo) : shard, out, cnt, off);
+    };
+    if (comm_->rank() == 0) {
+      save_checkpoint(checkpoint_path, &gather);
       save_model(model_path);
+    } else {
+      for (int moment = 1; moment <= 2; ++moment)
+        for (const auto& e : model_->params().entries())
+          if (e.shape.numel() > 0) gather(moment, e, nullptr);
     }
     return;
   }

@@ -150,7 +150,10 @@ class TrainSession {
   std::vector<int64_t> slice_offsets_;
   bool zero_sharded() const { return opt_->sharded(); }
   double sharded_grad_norm();  // ZeRO-1: the global norm from each process's slice
-  void save_checkpoint(const std::string& path, Arena& m, Arena& v);  // with these moments
+  // The moments' tensors from the optimizer, or (ZeRO-1, save_run) each filled by gather(moment
+  // 1 = m or 2 = v, the tensor's entry, its numel floats) as the writer reaches it.
+  using MomentSource = std::function<void(int, const Arena::Entry&, float*)>;
+  void save_checkpoint(const std::string& path, const MomentSource* gather);
   std::unique_ptr<AdamW> opt_;
   std::unique_ptr<TrainGraph<float>> graph_;
   std::unique_ptr<BatchSampler> sampler_;
