@@ -34,6 +34,27 @@ TEST_F(SafetensorsTest, WriterRejectsBadInputBeforeCreatingAnything) {
   EXPECT_TRUE(listing().empty());
 }
 
+TEST_F(SafetensorsTest, FilledTensorsAreWrittenInOrderAsThoughTheyWereGivenWhole) {
+  // ZeRO-1's checkpoint: some tensors are produced only when the writer reaches them.
+  const std::vector<float> a = {1, -2, 3}, b = {0.5f, 7, -8, 9, 10.25f}, c = {-1};
+  const std::string whole = path("whole.safetensors"), filled = path("filled.safetensors");
+  write_safetensors(whole, {{"a", {3}, a.data()}, {"b", {5}, b.data()}, {"c", {1, 1}, c.data()}}, {{"k", "v"}});
+  std::vector<std::string> order;
+  auto from = [&](const std::string& name, const std::vector<float>& src) {
+    return [&order, name, &src](float* out) {
+      order.push_back(name);
+      std::copy(src.begin(), src.end(), out);
+    };
+  };
+  std::vector<TensorToWrite> t(3);
+  t[0] = {"a", {3}, a.data()};
+  t[1] = {"b", {5}, nullptr, from("b", b)};
+  t[2] = {"c", {1, 1}, nullptr, from("c", c)};
+  write_safetensors(filled, t, {{"k", "v"}});
+  EXPECT_EQ(slurp(filled), slurp(whole));
+  EXPECT_EQ(order, (std::vector<std::string>{"b", "c"})) << "each filled once, in the file's order";
+}
+
 TEST_F(SafetensorsTest, WriteIntoAMissingFolderThrowsAndLeavesNothing) {
   const float x = 1;
   const std::string p = path("no/such/folder/m.safetensors");
