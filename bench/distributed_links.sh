@@ -8,7 +8,10 @@
 #     max(bytes sent per step / bandwidth, the unthrottled run's time in collectives)
 # where bytes per step = 2 (N - 1) / N x 4 P for N = 2, the payload tformer counts, and the floor
 # is what the step spends in collectives without a throttle (latency, copies, and waiting for the
-# slower rank's compute on this noisy machine).
+# slower rank's compute on this noisy machine). These runs reduce after the backward pass
+# (--overlap 0), so that the time in collectives is the communication's; each is followed by the
+# same run with --overlap 1 (the default), which prints its median step, the ratio of the two, and
+# the share of the step it still waited for communication (the rest hidden behind the backward).
 #
 #   bench/distributed_links.sh [BUILD_DIR]      (root; env RATES="1gbit 10gbit" STEPS=4)
 set -euo pipefail
@@ -83,7 +86,7 @@ shape() {  # shape NAME CONFIG TOKENIZER BATCH CONTEXT
     rm -rf "$work/run"
     timeout 1200 mpirun --hostfile "$work/hosts" -np 2 --bind-to none --mca plm_rsh_agent "$work/agent.sh" \
       --mca routed direct --mca oob_tcp_if_include 10.78.0.0/24 --mca btl_tcp_if_include 10.78.0.0/24 --mca btl self,tcp \
-      "$tf" train "${flags[@]}" --out "$work/run" > "$work/run.log" 2>&1 || { tail -5 "$work/run.log"; exit 1; }
+      "$tf" train "${flags[@]}" --overlap 0 --out "$work/run" > "$work/run.log" 2>&1 || { tail -5 "$work/run.log"; exit 1; }
     local line mib share med comm_s
     line=$(grep '^communication (rank 0)' "$work/run.log")
     mib=$(sed -n 's/.*: \([0-9.]*\) MiB sent per step.*/\1/p' <<< "$line")
@@ -100,6 +103,16 @@ shape() {  # shape NAME CONFIG TOKENIZER BATCH CONTEXT
       printf '  %-8s median step %8s ms, %6s s in collectives; the model predicts %6s s (%s)\n' "$rate" "$med" \
         "$comm_s" "$predicted" "$(awk -v a="$comm_s" -v p="$predicted" 'BEGIN { printf "measured / predicted %.2f", a / p }')"
     fi
+    rm -rf "$work/run"
+    timeout 1200 mpirun --hostfile "$work/hosts" -np 2 --bind-to none --mca plm_rsh_agent "$work/agent.sh" \
+      --mca routed direct --mca oob_tcp_if_include 10.78.0.0/24 --mca btl_tcp_if_include 10.78.0.0/24 --mca btl self,tcp \
+      "$tf" train "${flags[@]}" --overlap 1 --out "$work/run" > "$work/run.log" 2>&1 || { tail -5 "$work/run.log"; exit 1; }
+    local med1 waited
+    med1=$(sed -n 's/.*median step \([0-9.]*\) ms.*/\1/p' "$work/run.log")
+    waited=$(sed -n 's/.*backward pass: \([0-9.]*\)% waited for.*/\1/p' "$work/run.log")
+    printf '  %-8s with --overlap 1: median step %8s ms (%s x the step without), %s s waited for communication\n' "" \
+      "$med1" "$(awk -v a="$med1" -v b="$med" 'BEGIN { printf "%.2f", a / b }')" \
+      "$(awk -v m="$med1" -v s="$waited" 'BEGIN { printf "%.3f", m * s / 100 / 1000 }')"
   done
   throttle none
 }

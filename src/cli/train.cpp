@@ -57,6 +57,10 @@ void register_train(CLI::App& app) {
   c->add_option("--zero", o.zero,
                 "1: shard AdamW's moments across the processes of mpirun (ZeRO-1, docs/distributed.md)")
       ->capture_default_str();
+  c->add_option("--overlap", o.overlap,
+                "1: under mpirun, reduce the gradient layer by layer during the backward pass (the same bits; "
+                "docs/distributed.md)")
+      ->capture_default_str();
   c->add_option("--resume", st->resume, "Continue the run in this folder from its checkpoint");
   c->callback([st, c] {
     std::vector<std::string> given;  // JSON keys of the flags set on this command line

@@ -274,14 +274,16 @@ void run_training(TrainOptions o, const std::string& resume_dir, const std::vect
   double window_seconds = 0;
   int64_t window_steps = 0;
   double train_seconds = 0;
-  double step_comm_seconds = 0;  // inside steps only (not the set-up, evaluations, checkpoints)
+  double step_comm_seconds = 0;     // inside steps only (not the set-up, evaluations, checkpoints)
+  double step_exposed_seconds = 0;  // of which the steps waited for (the rest hidden by overlap)
   uint64_t step_comm_bytes = 0;
   while (s.current_step() < opt.steps) {
     const auto ts = Clock::now();
-    const double comm_s0 = comm.seconds_in_collectives();
+    const double comm_s0 = comm.seconds_in_collectives(), exposed0 = s.exposed_comm_seconds();
     const uint64_t comm_b0 = comm.bytes_sent();
     const StepResult r = s.step();
     step_comm_seconds += comm.seconds_in_collectives() - comm_s0;
+    step_exposed_seconds += s.exposed_comm_seconds() - exposed0;
     step_comm_bytes += comm.bytes_sent() - comm_b0;
     last_step = r;
     const double dt = seconds_since(ts);
@@ -306,9 +308,12 @@ void run_training(TrainOptions o, const std::string& resume_dir, const std::vect
   if (comm.distributed()) {
     // Rank 0's view (every rank sends about the same).
     const double steps_run = static_cast<double>(std::max<size_t>(step_seconds.size(), 1));
-    fmt::print("communication (rank 0): {:.2f} MiB sent per step, {:.1f}% of the step time in collectives\n",
-               static_cast<double>(step_comm_bytes) / (1 << 20) / steps_run,
-               train_seconds > 0 ? 100.0 * step_comm_seconds / train_seconds : 0.0);
+    auto share = [&](double x) { return train_seconds > 0 ? 100.0 * x / train_seconds : 0.0; };
+    fmt::print("communication (rank 0): {:.2f} MiB sent per step, {:.1f}% of the step time in collectives{}\n",
+               static_cast<double>(step_comm_bytes) / (1 << 20) / steps_run, share(step_comm_seconds),
+               s.overlapping()
+                   ? fmt::format(", overlapped with the backward pass: {:.1f}% waited for", share(step_exposed_seconds))
+                   : std::string());
   }
   const double med = median(step_seconds);
   fmt::print("done: {} steps in {:.1f} s; median step {:.2f} ms, {:.0f} tokens/s; model written to {}\n",

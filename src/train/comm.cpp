@@ -53,7 +53,9 @@ Comm& Comm::world() {
     if (!started_by_mpirun()) return c;
 #ifdef TFORMER_HAVE_MPI
     int provided = 0;
-    MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+    // Serialized: the collectives of an overlapped step run on a thread of their own, never two at once.
+    MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
+    c->any_thread_ = provided >= MPI_THREAD_SERIALIZED;
     MPI_Comm_rank(MPI_COMM_WORLD, &c->rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &c->size_);
     c->local_size_ = env_int("OMPI_COMM_WORLD_LOCAL_SIZE", 1);

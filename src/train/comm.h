@@ -28,6 +28,9 @@ class Comm {
   // Ranks on this host (mpirun's local size), for dividing its cores among them.
   int local_size() const { return local_size_; }
   bool distributed() const { return size_ > 1; }
+  // Whether a thread other than the one that started MPI may call the collectives (one thread at
+  // a time: MPI_THREAD_SERIALIZED), as the overlapped reduction's thread does.
+  bool any_thread() const { return any_thread_ || !mpi_; }
 
   // Seconds a rank waits in a collective before giving up on the ranks that have not joined it
   // ($TFORMER_MPI_TIMEOUT, default 300: longer than any evaluation or checkpoint write).
@@ -71,6 +74,7 @@ class Comm {
   int rank_ = 0, size_ = 1, local_size_ = 1;
   double timeout_ = 300;
   bool mpi_ = false;
+  bool any_thread_ = false;
   uint64_t bytes_sent_ = 0;
   double seconds_waiting_ = 0;
   int64_t collectives_ = 0;                                        // collectives entered, for the timeout message

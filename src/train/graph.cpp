@@ -137,7 +137,8 @@ double TrainGraph<T>::forward(BasicArena<T>& params, const TokenId* inputs, cons
 }
 
 template <typename T>
-void TrainGraph<T>::backward(BasicArena<T>& params, BasicArena<T>& grads, T scale) {
+void TrainGraph<T>::backward(BasicArena<T>& params, BasicArena<T>& grads, T scale,
+                             const std::function<void(int64_t)>& finished) {
   TF_CHECK(forward_done_, "training graph: backward() without a forward()");
   TF_CHECK(grads.size() == params.size(), "training graph: the gradient arena does not mirror the parameters");
   const auto& c = config_;
@@ -156,15 +157,19 @@ void TrainGraph<T>::backward(BasicArena<T>& params, BasicArena<T>& grads, T scal
   } else {
     linear_backward<T>(dx_, grads_.output, nullptr, dlogits_, x_final_, params_.output, R);
   }
+  if (finished) finished(c.n_layers);
 
   const LayerStep step{batch_, context_, positions_.data(), kernel_};
-  for (int64_t l = c.n_layers - 1; l >= 0; --l)
+  for (int64_t l = c.n_layers - 1; l >= 0; --l) {
     layer_backward<T>(dx_, grads_.layers[l], layers_[l], params_.layers[l], scratch_, c, step,
                       layer_dropout(seed_, l, p));  // dx_: dL/dX[l+1] -> dL/dX[l]
+    if (finished) finished(l);
+  }
 
   // X[0] = drop(tok[ids] + pos).
   dropout_apply(dx_, n, embedding_dropout(seed_, p));
   embed_backward<T>(grads_, dx_, ids_.data(), positions_.data(), R, c);
+  if (finished) finished(-1);
 }
 
 template class TrainGraph<float>;

@@ -24,6 +24,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -47,7 +48,12 @@ class TrainGraph {
   double forward(BasicArena<T>& params, const TokenId* inputs, const TokenId* targets, bool training = false,
                  uint64_t dropout_seed = 0);
   // grads += d(scale * loss)/d(params) for the last forward (grads mirrors params).
-  void backward(BasicArena<T>& params, BasicArena<T>& grads, T scale = T(1));
+  // finished, when set, is told as the gradients become final, from the output towards the input
+  // (a distributed step starts reducing them while the rest of the backward runs): with n_layers
+  // once the head (the final norm and the output matrix) is done, with l once layer l is, and with
+  // -1 once the embeddings are. A tied output matrix's gradient is the embeddings': final at -1.
+  void backward(BasicArena<T>& params, BasicArena<T>& grads, T scale = T(1),
+                const std::function<void(int64_t)>& finished = nullptr);
 
   int64_t count() const { return count_; }     // counted targets in the last forward
   const T* logits() const { return logits_; }  // [batch * context, vocab] of the last forward

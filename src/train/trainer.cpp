@@ -2,13 +2,20 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <omp.h>
 #include <unistd.h>
 
 #include <array>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
+#include <exception>
 #include <limits>
+#include <mutex>
+#include <thread>
 #include <type_traits>
 
 #include "core/error.h"
@@ -52,7 +59,8 @@ nlohmann::json TrainOptions::to_json() const {
           {"seed", seed},
           {"threads", threads},
           {"attention", attention},
-          {"zero", zero}};
+          {"zero", zero},
+          {"overlap", overlap}};
 }
 
 TrainOptions TrainOptions::from_json(const nlohmann::json& j, const std::string& source) {
@@ -113,6 +121,7 @@ TrainOptions TrainOptions::from_json(const nlohmann::json& j, const std::string&
   get("threads", o.threads);
   get("attention", o.attention);
   get("zero", o.zero);
+  get("overlap", o.overlap);
   return o;
 }
 
@@ -139,6 +148,7 @@ void TrainOptions::validate() const {
   need(eps > 0 && std::isfinite(eps), "--eps", eps, "positive");
   need(threads >= 0, "--threads", threads, ">= 0 (0 = all cores)");
   need(zero == 0 || zero == 1, "--zero", zero, "0 or 1");
+  need(overlap == 0 || overlap == 1, "--overlap", overlap, "0 or 1");
   need(val_fraction >= 0 && val_fraction < 1, "--val-fraction", val_fraction, "in [0, 1)");
   parse_attention_kernel(attention);
 }
@@ -192,6 +202,26 @@ TrainSession::TrainSession(TrainOptions options, const ModelConfig& config, std:
   model_->set_attention_kernel(kernel);
   context_ = options_.context > 0 ? options_.context : c.context_length;
   grads_.mirror(model_->params());
+  {
+    // The backward finishes the buffer from its end: the head, then layers L-1 .. 0, then the
+    // embeddings (params.h's order: embeddings, layers.0 .. layers.L-1, norm, output).
+    layer_begin_.assign(static_cast<size_t>(c.n_layers), grads_.size());
+    head_begin_ = grads_.size();
+    for (const auto& e : grads_.entries()) {
+      if (e.name.rfind("layers.", 0) == 0) {
+        const size_t l = std::stoul(e.name.substr(7));
+        layer_begin_[l] = std::min(layer_begin_[l], e.offset);
+      } else if (e.name.rfind("norm.", 0) == 0 || e.name.rfind("output.", 0) == 0) {
+        head_begin_ = std::min(head_begin_, e.offset);
+      }
+    }
+    int64_t prev = 0;  // each part starts after the one before it, the embeddings first
+    for (int64_t b : layer_begin_) {
+      TF_CHECK(b > prev, "the parameter layout is not embeddings, layers in order, head");
+      prev = b;
+    }
+    TF_CHECK(head_begin_ > prev || layer_begin_.empty(), "the parameter layout is not embeddings, layers, head");
+  }
   comm_ = &Comm::world();
   if (options_.grad_accum % comm_->size() != 0)
     fail_input("--grad-accum",
@@ -268,6 +298,11 @@ StepResult TrainSession::step() {
   // This process's micro-batches: all k, or its block of k / N under mpirun. Every process draws
   // every window (the sampler's state stays the same everywhere) and computes only its own.
   const int64_t n_proc = comm_->size(), per = k / n_proc, first = comm_->rank() * per, last = first + per;
+  // Overlap: the last micro-batch's backward hands each finished layer to a thread that reduces it
+  // across the processes (overlapped_backward).
+  const bool overlap = overlapping();
+  const double comm_before = comm_->seconds_in_collectives();
+  hidden_comm_seconds_ = 0;
   // The accumulation tree (trainer.h): nodes_[i] is held in buffer i (buffer 0 is grads_).
   std::vector<TreeNode>& nodes = tree_nodes_;
   nodes.clear();
@@ -300,7 +335,12 @@ StepResult TrainSession::step() {
     micro_losses_[static_cast<size_t>(micro - first)] = loss;
     Arena& leaf = buffer(nodes.size());
     if (!nodes.empty()) zero_arena(leaf);  // grads_ was zeroed above
-    graph_->backward(params, leaf, 1.0f / static_cast<float>(k));
+    const float scale = 1.0f / static_cast<float>(k);
+    if (overlap && micro == last - 1) {
+      overlapped_backward(leaf, scale, per);
+      continue;
+    }
+    graph_->backward(params, leaf, scale);
     nodes.push_back({micro, 0});
     while (nodes.size() >= 2 && siblings(nodes[nodes.size() - 2], nodes.back())) {
       add_into(buffer(nodes.size() - 2), buffer(nodes.size() - 1));
@@ -323,7 +363,10 @@ StepResult TrainSession::step() {
                    "was updated; the last checkpoint is intact",
                    step_ + 1, m, m / per, all[static_cast<size_t>(m)],
                    first_non_finite(params).empty() ? "none" : first_non_finite(params));
-    reduce_gradients(per);
+    if (!overlap) {
+      std::vector<int64_t> off = slice_offsets_;
+      reduce_gradients(per, off, !zero_sharded());  // ZeRO-1: each process goes on with its slice alone
+    }
   }
   if (!zero_sharded()) {
     r.grad_norm = clip_grad_norm(grads_, options_.grad_clip);
@@ -350,8 +393,104 @@ StepResult TrainSession::step() {
     for (size_t q = 0; q < cnt.size(); ++q) cnt[q] = slice_offsets_[q + 1] - slice_offsets_[q];
     comm_->allgatherv(params.data(), cnt, off);
   }
+  exposed_comm_seconds_ += comm_->seconds_in_collectives() - comm_before - hidden_comm_seconds_;
   ++step_;
   return r;
+}
+
+// The last micro-batch's backward, with the reduction across the processes overlapped: as the
+// graph finishes the gradient of the head, of each layer and of the embeddings (from the end of
+// the buffer towards its start), that part is merged into the process's node of the tree (the
+// additions step() would make over the whole buffer, made on the part: the same bits) and handed
+// to a thread that runs reduce_gradients on it, cut into N equal parts, while the backward goes
+// on. A part under 1 MiB (or an eighth of the buffer, if less) waits to join the next. The thread is the only caller of
+// MPI until joined.
+void TrainSession::overlapped_backward(Arena& leaf, float scale, int64_t per) {
+  std::vector<TreeNode>& nodes = tree_nodes_;
+  const int64_t micro = comm_->rank() * per + per - 1;
+  // The merges pushing this leaf makes: buffer j += buffer j + 1, for each j in this order.
+  std::vector<size_t> merges;
+  nodes.push_back({micro, 0});
+  while (nodes.size() >= 2 && siblings(nodes[nodes.size() - 2], nodes.back())) {
+    merges.push_back(nodes.size() - 2);
+    nodes.pop_back();
+    ++nodes.back().level;
+  }
+  TF_CHECK(nodes.size() == 1, "overlapped_backward: {} nodes left; overlap needs one", nodes.size());
+  auto buf = [&](size_t i) -> float* { return (i == 0 ? grads_ : *partials_[i - 1]).data(); };
+
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::pair<int64_t, int64_t>> queue;  // parts [a, b) ready to reduce
+  bool no_more = false;
+  std::exception_ptr error;
+  double worker_comm = 0;
+  std::thread worker([&] {
+    const double c0 = comm_->seconds_in_collectives();
+    omp_set_num_threads(1);  // its additions on this thread: the pool is the backward's
+    try {
+      const int n_proc = comm_->size();
+      std::vector<int64_t> off(static_cast<size_t>(n_proc) + 1);
+      for (;;) {
+        std::pair<int64_t, int64_t> part;
+        {
+          std::unique_lock<std::mutex> lock(mu);
+          cv.wait(lock, [&] { return !queue.empty() || no_more; });
+          if (queue.empty()) break;
+          part = queue.front();
+          queue.pop_front();
+        }
+        for (int q = 0; q <= n_proc; ++q)
+          off[static_cast<size_t>(q)] = part.first + (part.second - part.first) * q / n_proc;
+        reduce_gradients(per, off, true);
+      }
+    } catch (...) {
+      error = std::current_exception();
+    }
+    worker_comm = comm_->seconds_in_collectives() - c0;
+  });
+  int64_t done_to = grads_.size(), pending_end = grads_.size();  // [done_to, pending_end) not yet handed over
+  const int64_t min_part = std::min<int64_t>(int64_t{1} << 18, grads_.size() / 8);
+  auto finished = [&](int64_t stage) {
+    const int64_t from = stage == model_->config().n_layers ? head_begin_
+                         : stage >= 0                       ? layer_begin_[static_cast<size_t>(stage)]
+                                                            : 0;
+    for (size_t j : merges) add_floats(buf(j) + from, buf(j + 1) + from, done_to - from);
+    done_to = from;
+    if (pending_end - done_to >= min_part || stage < 0) {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        queue.emplace_back(done_to, pending_end);
+      }
+      cv.notify_one();
+      pending_end = done_to;
+    }
+  };
+  auto join = [&] {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      no_more = true;
+    }
+    cv.notify_one();
+    worker.join();
+  };
+  try {
+    graph_->backward(model_->params(), leaf, scale, finished);
+  } catch (...) {
+    join();
+    throw;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  join();
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  hidden_comm_seconds_ += std::max(0.0, worker_comm - waited);
+  if (error) std::rethrow_exception(error);
+}
+
+bool TrainSession::overlapping() const {
+  const int64_t per = options_.grad_accum / comm_->size();
+  return comm_->distributed() && options_.overlap == 1 && !zero_sharded() && (per & (per - 1)) == 0 &&
+         comm_->any_thread();
 }
 
 // The gradient sum across the processes, in the tree one process uses (trainer.h). Process q
@@ -361,10 +500,10 @@ StepResult TrainSession::step() {
 // folding from the right), and the reduced slices are gathered everywhere (all-gather). Each
 // process sends and receives 2 (N - 1) / N of the gradient per node it holds, as a ring
 // all-reduce does, and every addition is the one a single process makes.
-void TrainSession::reduce_gradients(int64_t per) {
+void TrainSession::reduce_gradients(int64_t per, const std::vector<int64_t>& off, bool gather) {
   const int n_proc = comm_->size(), me = comm_->rank();
-  const int64_t n = grads_.size();
-  std::vector<int64_t> off = slice_offsets_, cnt(static_cast<size_t>(n_proc));
+  const int64_t n = off.back() - off.front();
+  std::vector<int64_t> cnt(static_cast<size_t>(n_proc));
   for (int q = 0; q < n_proc; ++q)
     cnt[static_cast<size_t>(q)] = off[static_cast<size_t>(q) + 1] - off[static_cast<size_t>(q)];
   std::vector<std::vector<TreeNode>> held(static_cast<size_t>(n_proc));
@@ -427,9 +566,8 @@ void TrainSession::reduce_gradients(int64_t per) {
     }
   for (; data.size() >= 2; data.pop_back()) add_floats(data[data.size() - 2], data.back(), slice);
   std::copy(data[0], data[0] + slice, grads_.data() + off[static_cast<size_t>(me)]);
-  if (zero_sharded()) return;  // ZeRO-1: each process goes on with its slice alone
-  off.pop_back();
-  comm_->allgatherv(grads_.data(), cnt, off);
+  if (!gather) return;
+  comm_->allgatherv(grads_.data(), cnt, std::vector<int64_t>(off.begin(), off.end() - 1));
 }
 
 // The norm global_grad_norm computes, from the slices: each process sums the squares of its

@@ -50,6 +50,10 @@ struct TrainOptions {
   int threads = 0;
   std::string attention = "tiled";
   int zero = 0;  // 1: AdamW's moments sharded across the processes of mpirun (ZeRO-1)
+  // 1: under mpirun, reduce the gradient layer by layer during the last micro-batch's backward
+  // (without --zero 1, when each process holds a power-of-two number of micro-batches); the same
+  // bits either way.
+  int overlap = 1;
 
   nlohmann::json to_json() const;
   // Unknown keys are errors naming the key.
@@ -130,6 +134,13 @@ class TrainSession {
   TrainOptions& mutable_options() { return options_; }
   const Dataset& data() const { return data_; }
   int64_t tokens_per_step() const { return options_.batch * context_ * options_.grad_accum; }
+  // Seconds the steps so far spent waiting for communication: the collectives, less what the
+  // reduction overlapped with the backward pass hid.
+  double exposed_comm_seconds() const { return exposed_comm_seconds_; }
+  // Whether the steps overlap the reduction with the backward pass: under mpirun with --overlap 1,
+  // without --zero 1, and when each process holds a power-of-two number of micro-batches (its
+  // block is then one node of the tree, final only during the last backward).
+  bool overlapping() const;
 
  private:
   TrainOptions options_;
@@ -144,7 +155,16 @@ class TrainSession {
   std::vector<double> micro_losses_;              // this process's micro-batches' losses, in order
   Comm* comm_ = nullptr;                          // the processes of the run (one unless mpirun)
   std::vector<float> send_buf_, recv_buf_;        // reduce_gradients' (allocated at the first step)
-  void reduce_gradients(int64_t per);
+  // The tree across the processes for the part [off[0], off[N]) of the gradient, cut at off into
+  // the N parts the processes reduce; gather: then every part to every process.
+  void reduce_gradients(int64_t per, const std::vector<int64_t>& off, bool gather);
+  // Where each layer's gradient starts in the buffer, and where the head's (final norm, output)
+  // starts: the backward finishes the buffer from the end towards the start (overlap).
+  std::vector<int64_t> layer_begin_;
+  int64_t head_begin_ = 0;
+  double exposed_comm_seconds_ = 0;  // communication the steps waited for (not hidden by overlap)
+  double hidden_comm_seconds_ = 0;   // this step's, hidden behind the backward pass
+  void overlapped_backward(Arena& leaf, float scale, int64_t per);
   // The N slices of the parameter buffer the processes own (reduce_gradients' and ZeRO-1's): slice
   // q is [slice_offsets_[q], slice_offsets_[q + 1]), aligned to the norm's pieces (kNormPiece).
   std::vector<int64_t> slice_offsets_;
