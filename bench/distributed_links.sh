@@ -76,6 +76,24 @@ cat > "$work/gpt2.json" <<'JSON'
 {"context_length": 1024, "d_model": 768, "n_layers": 12, "n_heads": 12}
 JSON
 
+# launch FLAGS...: tformer train FLAGS on the two hosts into $work/run, log $work/run.log. A launch
+# that fails before tformer starts (Open MPI's daemons not reaching mpirun: "ORTE ...") is retried.
+launch() {
+  local try rc
+  for try in 1 2 3 4; do
+    rm -rf "$work/run"
+    rc=0
+    timeout 1200 mpirun --hostfile "$work/hosts" -np 2 --bind-to none --mca plm_rsh_agent "$work/agent.sh" \
+      --mca routed direct --mca oob_tcp_if_include 10.78.0.0/24 --mca btl_tcp_if_include 10.78.0.0/24 --mca btl self,tcp \
+      "$tf" train "$@" --out "$work/run" > "$work/run.log" 2>&1 || rc=$?
+    [[ $rc -eq 0 ]] && return 0
+    grep -q "ORTE" "$work/run.log" && ! grep -q "^step 1/" "$work/run.log" || break
+    sleep 1
+  done
+  tail -5 "$work/run.log"
+  exit 1
+}
+
 shape() {  # shape NAME CONFIG TOKENIZER BATCH CONTEXT
   local name="$1" flags base_s=0 rate
   flags=(--data "$data" --tokenizer "$3" --config "$2" --batch "$4" --context "$5" --grad-accum 2 --steps "$steps"
@@ -83,10 +101,7 @@ shape() {  # shape NAME CONFIG TOKENIZER BATCH CONTEXT
   echo "$name (2 processes on two namespace hosts, $steps steps):"
   for rate in none $rates; do
     throttle "$rate"
-    rm -rf "$work/run"
-    timeout 1200 mpirun --hostfile "$work/hosts" -np 2 --bind-to none --mca plm_rsh_agent "$work/agent.sh" \
-      --mca routed direct --mca oob_tcp_if_include 10.78.0.0/24 --mca btl_tcp_if_include 10.78.0.0/24 --mca btl self,tcp \
-      "$tf" train "${flags[@]}" --overlap 0 --out "$work/run" > "$work/run.log" 2>&1 || { tail -5 "$work/run.log"; exit 1; }
+    launch "${flags[@]}" --overlap 0
     local line mib share med comm_s
     line=$(grep '^communication (rank 0)' "$work/run.log")
     mib=$(sed -n 's/.*: \([0-9.]*\) MiB sent per step.*/\1/p' <<< "$line")
@@ -103,10 +118,7 @@ shape() {  # shape NAME CONFIG TOKENIZER BATCH CONTEXT
       printf '  %-8s median step %8s ms, %6s s in collectives; the model predicts %6s s (%s)\n' "$rate" "$med" \
         "$comm_s" "$predicted" "$(awk -v a="$comm_s" -v p="$predicted" 'BEGIN { printf "measured / predicted %.2f", a / p }')"
     fi
-    rm -rf "$work/run"
-    timeout 1200 mpirun --hostfile "$work/hosts" -np 2 --bind-to none --mca plm_rsh_agent "$work/agent.sh" \
-      --mca routed direct --mca oob_tcp_if_include 10.78.0.0/24 --mca btl_tcp_if_include 10.78.0.0/24 --mca btl self,tcp \
-      "$tf" train "${flags[@]}" --overlap 1 --out "$work/run" > "$work/run.log" 2>&1 || { tail -5 "$work/run.log"; exit 1; }
+    launch "${flags[@]}" --overlap 1
     local med1 waited
     med1=$(sed -n 's/.*median step \([0-9.]*\) ms.*/\1/p' "$work/run.log")
     waited=$(sed -n 's/.*backward pass: \([0-9.]*\)% waited for.*/\1/p' "$work/run.log")

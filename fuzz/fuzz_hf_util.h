@@ -86,6 +86,7 @@ inline std::string hf_folder(const char* tag, bool llama, bool shards, bool with
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) std::abort();
+  remove_at_exit(dir);
   if (with_config) write_in(dir, "config.json", llama ? kLlamaConfig : kGpt2Config);
   if (shards) {
     write_hf_weights(dir + "/model-00001-of-00002.safetensors", llama, 0, 4);

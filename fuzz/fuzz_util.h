@@ -19,16 +19,35 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <vector>
 
 #include "core/error.h"
 
 namespace tformer::fuzz {
+
+// Removes `path` (a file or a folder) when the process exits normally (libFuzzer's runs and the
+// corpus replays end with exit()), so that the test runs leave nothing behind in /tmp.
+inline void remove_at_exit(const std::string& path) {
+  struct Registry {
+    std::vector<std::string> paths;
+    ~Registry() {
+      for (const std::string& p : paths) {
+        std::error_code ec;
+        std::filesystem::remove_all(p, ec);
+      }
+    }
+  };
+  static Registry registry;
+  registry.paths.push_back(path);
+}
 
 // The input's bytes in a file of this process (rewritten for every input), named *.ext.
 inline std::string input_file(const uint8_t* data, size_t size, const char* ext) {
   const char* dir = std::getenv("TMPDIR");
   static const std::string path =
       std::string(dir && *dir ? dir : "/tmp") + "/tformer-fuzz-" + std::to_string(getpid()) + "." + ext;
+  static const bool registered = (remove_at_exit(path), true);
+  (void)registered;
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
   if (fd < 0) std::abort();
   for (size_t done = 0; done < size;) {
@@ -46,6 +65,8 @@ inline std::string input_dir() {
   const char* dir = std::getenv("TMPDIR");
   static const std::string path =
       std::string(dir && *dir ? dir : "/tmp") + "/tformer-fuzz-" + std::to_string(getpid()) + ".d";
+  static const bool registered = (remove_at_exit(path), true);
+  (void)registered;
   std::error_code ec;
   std::filesystem::remove_all(path, ec);
   std::filesystem::create_directories(path, ec);

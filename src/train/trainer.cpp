@@ -403,7 +403,9 @@ StepResult TrainSession::step() {
 // the buffer towards its start), that part is merged into the process's node of the tree (the
 // additions step() would make over the whole buffer, made on the part: the same bits) and handed
 // to a thread that runs reduce_gradients on it, cut into N equal parts, while the backward goes
-// on. A part under 1 MiB (or an eighth of the buffer, if less) waits to join the next. The thread is the only caller of
+// on. A part under a quarter of the buffer waits to join the next: each collective has a fixed cost
+// (measured over a 1 Gbit/s link, bench/distributed_links.sh: parts of a layer each, 13 for GPT-2,
+// cost as much as they hid; quarters, 0.92 x the step without overlap). The thread is the only caller of
 // MPI until joined.
 void TrainSession::overlapped_backward(Arena& leaf, float scale, int64_t per) {
   std::vector<TreeNode>& nodes = tree_nodes_;
@@ -450,7 +452,7 @@ void TrainSession::overlapped_backward(Arena& leaf, float scale, int64_t per) {
     worker_comm = comm_->seconds_in_collectives() - c0;
   });
   int64_t done_to = grads_.size(), pending_end = grads_.size();  // [done_to, pending_end) not yet handed over
-  const int64_t min_part = std::min<int64_t>(int64_t{1} << 18, grads_.size() / 8);
+  const int64_t min_part = std::max<int64_t>(1, grads_.size() / 4);
   auto finished = [&](int64_t stage) {
     const int64_t from = stage == model_->config().n_layers ? head_begin_
                          : stage >= 0                       ? layer_begin_[static_cast<size_t>(stage)]
