@@ -1,6 +1,7 @@
 #include "cli/train_run.h"
 
 #include <fmt/format.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -63,10 +64,15 @@ DataLoadOptions data_load_options() {
   return d;
 }
 
-// --threads under mpirun: 0 divides this host's cores among its ranks.
+// --threads under mpirun: 0 divides this host's cores (those this process may run on: its
+// affinity mask, as a batch system's cpuset sets it) among its ranks.
 void set_threads(int threads, const Comm& comm) {
-  if (threads == 0 && comm.local_size() > 1)
-    threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / comm.local_size());
+  if (threads == 0 && comm.local_size() > 1) {
+    cpu_set_t mask;
+    int cores = static_cast<int>(std::thread::hardware_concurrency());
+    if (sched_getaffinity(0, sizeof(mask), &mask) == 0) cores = CPU_COUNT(&mask);
+    threads = std::max(1, cores / comm.local_size());
+  }
   set_num_threads(threads);
 }
 
@@ -81,26 +87,42 @@ Dataset load_run_data(const TrainOptions& o, const Tokenizer& tok, const Comm& c
   return d;
 }
 
-// Every process must train the same run: the same options and the same tokens, checked by hash.
-void check_same_run(const TrainSession& s, Comm& comm) {
+// Every process must train the same run: the same options, model config, tokenizer, starting
+// state (weights and step: a fresh initialisation, --init-from's or --resume's checkpoint) and
+// tokens, each checked by hash and refused by name. The first gather waits without a deadline: a
+// host without the shared run folder tokenizes its own copy of the data first.
+void check_same_run(TrainSession& s, Comm& comm) {
   if (!comm.distributed()) return;
-  const uint64_t options = hash64(s.options().to_json().dump());
+  Hash64Stream weights;
+  const Arena& p = s.model().params();
+  weights.update(
+      std::string_view(reinterpret_cast<const char*>(p.data()), static_cast<size_t>(p.size()) * sizeof(float)));
+  weights.update(std::to_string(s.current_step()));
   Hash64Stream h;
   h.update(s.data().train.bytes());
   h.update(s.data().val.bytes());
-  const uint64_t data = h.finish();
-  const auto all_options = comm.allgather(options), all_data = comm.allgather(data);
-  for (int q = 1; q < comm.size(); ++q) {
-    if (all_options[static_cast<size_t>(q)] != all_options[0])
-      fail_input("mpirun",
-                 "process {} was given other options than process 0 (their hashes differ): every process "
-                 "of the run must be started with the same flags",
-                 q);
-    if (all_data[static_cast<size_t>(q)] != all_data[0])
-      fail_input("mpirun",
-                 "process {} read other training data than process 0 (the token hashes differ): every "
-                 "process must see the same --data and --val-data files",
-                 q);
+  struct Part {
+    const char* what;
+    uint64_t hash;
+    const char* remedy;
+  };
+  const Part parts[] = {
+      {"options", hash64(s.options().to_json().dump()), "every process of the run must be started with the same flags"},
+      {"model config", hash64(s.model().config().to_json().dump()),
+       "the --config file (or --init-from's, or the checkpoint's) must say the same on every host"},
+      {"tokenizer", hash64(s.tokenizer().to_json().dump()), "every process must build the same --tokenizer"},
+      {"starting weights", weights.finish(),
+       "every process must start from the same --init-from model or --resume checkpoint"},
+      {"training data", h.finish(), "every process must see the same --data and --val-data files"},
+  };
+  bool first = true;
+  for (const Part& part : parts) {
+    const auto all = comm.allgather(part.hash, /*with_deadline=*/!first);
+    first = false;
+    for (int q = 1; q < comm.size(); ++q)
+      if (all[static_cast<size_t>(q)] != all[0])
+        fail_input("mpirun", "process {} has other {} than process 0 (their hashes differ): {}", q, part.what,
+                   part.remedy);
   }
 }
 

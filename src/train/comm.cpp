@@ -28,7 +28,7 @@ bool started_by_mpirun() {
   return false;
 }
 
-int env_int(const char* name, int fallback) {
+[[maybe_unused]] int env_int(const char* name, int fallback) {
   const char* v = std::getenv(name);
   if (!v || !*v) return fallback;
   char* end = nullptr;
@@ -58,7 +58,14 @@ Comm& Comm::world() {
     c->any_thread_ = provided >= MPI_THREAD_SERIALIZED;
     MPI_Comm_rank(MPI_COMM_WORLD, &c->rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &c->size_);
-    c->local_size_ = env_int("OMPI_COMM_WORLD_LOCAL_SIZE", 1);
+    {
+      // The ranks on this host, as MPI itself sees them (also under srun, where mpirun's
+      // OMPI_COMM_WORLD_LOCAL_SIZE is not set).
+      MPI_Comm local;
+      MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local);
+      MPI_Comm_size(local, &c->local_size_);
+      MPI_Comm_free(&local);
+    }
     c->last_seen_.assign(static_cast<size_t>(c->size_), 0);
     c->last_heard_.assign(static_cast<size_t>(c->size_), std::chrono::steady_clock::now());
     c->mpi_ = true;
@@ -96,7 +103,7 @@ void Comm::wait(void* request, const char* what, bool with_deadline) {
   using Clock = std::chrono::steady_clock;
   auto* req = static_cast<MPI_Request*>(request);
   const auto t0 = Clock::now();
-  auto beat = t0;
+  auto beat = t0, deadline_from = t0, last_poll = t0;
   last_seen_[static_cast<size_t>(rank_)] = collectives_;
   for (int spin = 0;; ++spin) {
     int done = 0;
@@ -104,11 +111,19 @@ void Comm::wait(void* request, const char* what, bool with_deadline) {
     if (done) break;
     drain_arrivals();
     const auto now = Clock::now();
+    // A gap of seconds between two polls means this process itself was not running (stopped, as
+    // by SIGSTOP and then the SIGCONT with which Open MPI ends the job): its deadline restarts, so
+    // that it never blames the ranks that were waiting for it.
+    if (now - last_poll > std::chrono::seconds(1)) {
+      deadline_from = now;
+      for (auto& t : last_heard_) t = now;
+    }
+    last_poll = now;
     if (now - beat > std::chrono::milliseconds(250)) {  // still here, waiting
       send_note();
       beat = now;
     }
-    const double waited = std::chrono::duration<double>(now - t0).count();
+    const double waited = std::chrono::duration<double>(now - deadline_from).count();
     if (with_deadline && waited > timeout_) {
       // The ranks that never entered this collective, or entered it and then fell silent (a
       // waiting rank's heartbeat comes every 250 ms).
@@ -165,13 +180,13 @@ void Comm::barrier(bool with_deadline) {
   wait(&r, "a barrier", with_deadline);
 }
 
-std::vector<uint64_t> Comm::allgather(uint64_t value) {
+std::vector<uint64_t> Comm::allgather(uint64_t value, bool with_deadline) {
   std::vector<uint64_t> all(static_cast<size_t>(size_), value);
   if (!mpi_) return all;
   TFORMER_ARRIVE();
   MPI_Request r;
   MPI_Iallgather(&value, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, MPI_COMM_WORLD, &r);
-  wait(&r, "an allgather");
+  wait(&r, "an allgather", with_deadline);
   return all;
 }
 
@@ -291,7 +306,7 @@ void Comm::arrive() {}
 void Comm::send_note() {}
 void Comm::drain_arrivals() {}
 void Comm::barrier(bool) {}
-std::vector<uint64_t> Comm::allgather(uint64_t value) { return {value}; }
+std::vector<uint64_t> Comm::allgather(uint64_t value, bool) { return {value}; }
 std::vector<double> Comm::allgather(const std::vector<double>& mine) { return mine; }
 void Comm::alltoallv(const float* send, const std::vector<int64_t>& send_counts,
                      const std::vector<int64_t>& send_offsets, float* recv, const std::vector<int64_t>&,

@@ -40,7 +40,7 @@ class Comm {
   // a rank that dies is still seen by mpirun.
   void barrier(bool with_deadline = true);
   // Each rank's value, in rank order, on every rank.
-  std::vector<uint64_t> allgather(uint64_t value);
+  std::vector<uint64_t> allgather(uint64_t value, bool with_deadline = true);
   // Each rank's `mine` (the same count on every rank), concatenated in rank order, on every rank.
   std::vector<double> allgather(const std::vector<double>& mine);
   // All-to-all of floats: send_counts[q] floats from send + send_offsets[q] go to rank q;

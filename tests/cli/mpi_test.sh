@@ -9,7 +9,8 @@
 #   * a 2-process checkpoint resumed with 1 and with 4 processes continues exactly;
 #   * --zero 1 (AdamW's moments sharded) on 2 and 4 processes equals one process, and its checkpoint
 #     resumes with 1 process and with 4 sharded ones;
-#   * --grad-accum not a multiple of N, and ranks given other options or other data, refused by name;
+#   * --grad-accum not a multiple of N, and ranks given other options, or files of the same name
+#     holding other data or another config, refused by name;
 #   * a rank killed with SIGKILL ends the job within seconds, non-zero, naming the rank; a rank
 #     stopped with SIGSTOP is named by tformer's own watchdog (TFORMER_MPI_TIMEOUT) and the job
 #     ends; in both cases the last checkpoint is intact and --resume continues from it;
@@ -18,7 +19,7 @@
 # Exit 77 (ctest: skipped) when mpirun is missing or tformer was built without MPI.
 #   tests/cli/mpi_test.sh PATH/TO/tformer
 set -uo pipefail
-tf="$1"
+tf="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"  # absolute: some ranks start in other folders (-wdir)
 here="$(cd "$(dirname "$0")/.." && pwd)"   # tests/
 command -v mpirun > /dev/null || { echo "mpi_test: skipped: no mpirun (scripts/install-deps.sh installs openmpi-bin)"; exit 77; }
 tmp="${TFORMER_TEST_TMP:-$(mktemp -d)}"
@@ -127,12 +128,28 @@ check "... naming both numbers" grep -q -- "--grad-accum 4 is not a multiple of 
 "${mpi[@]}" -np 1 "$tf" train "${base[@]}" --grad-accum 2 --steps 4 --out "$tmp/mm" : \
   -np 1 "$tf" train "${base[@]}" --grad-accum 2 --steps 4 --min-lr 1e-5 --out "$tmp/mm" > "$tmp/mm.log" 2>&1
 check "ranks with other options: non-zero exit" test $? -ne 0
-check "... naming the rank" grep -q "process 1 was given other options than process 0" "$tmp/mm.log"
-head -c 50000 "$data" > "$tmp/other.txt"
-"${mpi[@]}" -np 1 "$tf" train "${base[@]}" --grad-accum 2 --steps 4 --out "$tmp/md" : \
-  -np 1 "$tf" train "${base[@]/$data/$tmp/other.txt}" --grad-accum 2 --steps 4 --out "$tmp/md" > "$tmp/md.log" 2>&1
-check "ranks with other data: non-zero exit" test $? -ne 0
-check "... naming the rank" grep -Eq "process 1 (read other training data|was given other options)" "$tmp/md.log"
+check "... naming the rank" grep -q "process 1 has other options than process 0" "$tmp/mm.log"
+# The same flags, naming files that differ from host to host (each rank in its own folder, -wdir):
+# other data (the same bytes in another order: the same alphabet, other tokens), another config.
+for w in wa wb; do
+  mkdir -p "$tmp/$w"
+  cp "$tmp/tiny.json" "$tmp/$w/c.json"
+done
+cp "$data" "$tmp/wa/data.txt"
+tac "$data" > "$tmp/wb/data.txt"
+rel=(--data data.txt --val-fraction 0.1 --tokenizer char --config c.json --batch 2 --context 32 --grad-accum 2 --steps 4
+     --eval-every 0 --out run)
+"${mpi[@]}" -np 1 -wdir "$tmp/wa" "$tf" train "${rel[@]}" : -np 1 -wdir "$tmp/wb" "$tf" train "${rel[@]}" \
+  > "$tmp/md.log" 2>&1
+check "ranks with other data under the same name: non-zero exit" test $? -ne 0
+check "... naming the rank and the data" grep -q "process 1 has other training data than process 0" "$tmp/md.log"
+cp "$data" "$tmp/wb/data.txt"
+sed 's/"dropout": 0.1/"dropout": 0.3/' "$tmp/tiny.json" > "$tmp/wb/c.json"
+rm -rf "$tmp/wa/run" "$tmp/wb/run"
+"${mpi[@]}" -np 1 -wdir "$tmp/wa" "$tf" train "${rel[@]}" : -np 1 -wdir "$tmp/wb" "$tf" train "${rel[@]}" \
+  > "$tmp/mc.log" 2>&1
+check "ranks with another config under the same name: non-zero exit" test $? -ne 0
+check "... naming the rank and the config" grep -q "process 1 has other model config than process 0" "$tmp/mc.log"
 
 # A rank killed, a rank stopped: the job ends, naming it; the last checkpoint resumes.
 rank_pid() {  # the pid of the tformer of rank $1 under the mpirun $2
