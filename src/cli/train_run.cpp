@@ -328,6 +328,13 @@ void run_training(TrainOptions o, const std::string& resume_dir, const std::vect
   }
   progress.finish();
   if (comm.distributed()) {
+    const std::vector<uint64_t> sent = comm.allgather(step_comm_bytes);  // every rank's payload
+    std::string each;
+    for (uint64_t b : sent)
+      each += fmt::format(
+          "{}{:.2f}", each.empty() ? "" : ", ",
+          static_cast<double>(b) / (1 << 20) / static_cast<double>(std::max<size_t>(step_seconds.size(), 1)));
+    fmt::print("sent per step by each rank, in rank order: {} MiB\n", each);
     // Rank 0's view (every rank sends about the same).
     const double steps_run = static_cast<double>(std::max<size_t>(step_seconds.size(), 1));
     auto share = [&](double x) { return train_seconds > 0 ? 100.0 * x / train_seconds : 0.0; };

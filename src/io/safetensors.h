@@ -104,8 +104,9 @@ class SafetensorsFile {
 };
 
 // A float32 tensor to write: shape row-major, data holds numel(shape) floats (may be null only
-// when that count is 0, or when fill is set). fill, when set and data is null, is called once, in
-// the tensors' order, with a buffer of numel(shape) floats to fill just before they are written (a
+// when that count is 0, or when fill is set). fill, when set and data is null, is called once
+// (never for a tensor of 0 elements), in the tensors' order, with a buffer of numel(shape) floats
+// to fill just before they are written (a
 // tensor gathered from other processes, never whole in memory beside the others: ZeRO-1's moments).
 struct TensorToWrite {
   std::string name;
