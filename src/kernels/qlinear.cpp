@@ -715,52 +715,65 @@ void bf16_rows(float* y, const Weight<float>& W, const float* x, int64_t n) {
   });
 }
 
-// Many rows (even `in`): lanes = activation rows. The activations packed as group g of 8 rows,
-// pair p (values 2p, 2p + 1): 32 bytes, row l's pair at bytes 4l..4l+3; a weight row's pair
-// (4 contiguous bytes of the row) is broadcast, so one vdpbf16ps advances 8 rows by a pair.
+// Many rows (even `in`): lanes = activation rows, in 512-bit vectors (a vdpbf16ps on 256 bits
+// ran at half the FP32 sgemm's rate on an Intel Xeon, whose 512-bit units take one per cycle; on a
+// Zen 4 the two widths run alike). The activations packed as group g of 16 rows, pair p (values 2p,
+// 2p + 1): 64 bytes, row l's pair at bytes 4l..4l+3; a weight row's pair (4 contiguous bytes of
+// the row) is broadcast, so one vdpbf16ps advances 16 rows by a pair. Each lane sums its own row's
+// pairs in order, so the result does not depend on the vector width or on how rows are grouped.
 enum : size_t { kSlotBf16Packed = 1 };
+constexpr int64_t kBf16Lanes = 16;
 template <int NG>
 void bf16_gemm_tile(float* y, int64_t ldy, int64_t n, const uint16_t* const* w, int64_t in, int64_t o0, int64_t m,
                     const uint16_t* xp, int64_t g0) {
   const int64_t pairs = in / 2;
-  __m256 acc[4][NG];
+  __m512 acc[4][NG];
   for (auto& row : acc)
-    for (auto& v : row) v = _mm256_setzero_ps();
+    for (auto& v : row) v = _mm512_setzero_ps();
   const uint16_t* xg[NG];
-  for (int g = 0; g < NG; ++g) xg[g] = xp + (g0 + g) * pairs * 16;
+  for (int g = 0; g < NG; ++g) xg[g] = xp + (g0 + g) * pairs * 2 * kBf16Lanes;
   for (int64_t p = 0; p < pairs; ++p) {
-    __m256bh xv[NG];
-    for (int g = 0; g < NG; ++g)
-      xv[g] = reinterpret_cast<__m256bh>(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xg[g] + p * 16)));
+    __m512bh xv[NG];
+    for (int g = 0; g < NG; ++g) xv[g] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(xg[g] + p * 2 * kBf16Lanes));
     for (int i = 0; i < 4; ++i) {
       int32_t pair;
       std::memcpy(&pair, w[i] + 2 * p, 4);
-      const __m256bh wb = reinterpret_cast<__m256bh>(_mm256_set1_epi32(pair));
-      for (int g = 0; g < NG; ++g) acc[i][g] = _mm256_dpbf16_ps(acc[i][g], xv[g], wb);
+      const __m512bh wb = reinterpret_cast<__m512bh>(_mm512_set1_epi32(pair));
+      for (int g = 0; g < NG; ++g) acc[i][g] = _mm512_dpbf16_ps(acc[i][g], xv[g], wb);
     }
   }
-  store_lane_tile<NG>(y, ldy, n, o0, m, acc, g0);
+  for (int g = 0; g < NG; ++g) {
+    alignas(64) float lanes[4][kBf16Lanes];
+    for (int i = 0; i < 4; ++i) _mm512_store_ps(lanes[i], acc[i][g]);
+    for (int64_t l = 0; l < kBf16Lanes; ++l) {
+      const int64_t r = (g0 + g) * kBf16Lanes + l;
+      if (r >= n) break;
+      for (int64_t i = 0; i < m; ++i) y[r * ldy + o0 + i] = lanes[i][l];
+    }
+  }
 }
 
 void bf16_gemm(float* y, const Weight<float>& W, const float* x, int64_t n) {
-  const int64_t out = W.rows, in = W.cols, pairs = in / 2, groups = (n + 7) / 8, quads = (out + 3) / 4;
+  const int64_t out = W.rows, in = W.cols, pairs = in / 2, groups = (n + kBf16Lanes - 1) / kBf16Lanes,
+                quads = (out + 3) / 4;
   const uint16_t* xb = bf16_acts(x, n, in);
-  const ScratchBuffer<uint16_t> packed(kSlotBf16Packed, static_cast<size_t>(groups * pairs * 16),
+  const ScratchBuffer<uint16_t> packed(kSlotBf16Packed, static_cast<size_t>(groups * pairs * 2 * kBf16Lanes),
                                        ScratchBuffer<uint16_t>::Unfilled{});
   uint16_t* xp = packed.data();
   parallel_for(groups, n * in >= (1 << 15), [&](int64_t g) {
     for (int64_t p = 0; p < pairs; ++p)
-      for (int64_t l = 0; l < 8; ++l) {
-        const int64_t r = g * 8 + l;
-        uint16_t* cell = xp + (g * pairs + p) * 16 + 2 * l;
+      for (int64_t l = 0; l < kBf16Lanes; ++l) {
+        const int64_t r = g * kBf16Lanes + l;
+        uint16_t* cell = xp + (g * pairs + p) * 2 * kBf16Lanes + 2 * l;
         cell[0] = r < n ? xb[r * in + 2 * p] : 0;
         cell[1] = r < n ? xb[r * in + 2 * p + 1] : 0;
       }
   });
-  constexpr int64_t kGroups = 4;  // activation groups per tile: 4 x 8 rows
+  constexpr int64_t kGroups = 4;                              // activation groups per tile: 4 x 16 rows
+  constexpr int64_t kPass = kGroupsPerPass * 8 / kBf16Lanes;  // groups a pass covers: 128 rows
   parallel_region(out * in * n >= (1 << 20), [&] {
-    for (int64_t g_begin = 0; g_begin < groups; g_begin += kGroupsPerPass) {
-      const int64_t g_end = std::min(groups, g_begin + kGroupsPerPass);
+    for (int64_t g_begin = 0; g_begin < groups; g_begin += kPass) {
+      const int64_t g_end = std::min(groups, g_begin + kPass);
       for_static(quads, [&](int64_t qd) {
         const int64_t o0 = 4 * qd, m = std::min<int64_t>(4, out - o0);
         const uint16_t* w[4];

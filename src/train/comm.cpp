@@ -119,7 +119,9 @@ void Comm::wait(void* request, const char* what, bool with_deadline) {
       for (auto& t : last_heard_) t = now;
     }
     last_poll = now;
-    if (now - beat > std::chrono::milliseconds(250)) {  // still here, waiting
+    // Still here, waiting (not in a wait without a deadline, as while rank 0 tokenizes: no one
+    // times out there, and the notes would pile up unread).
+    if (with_deadline && now - beat > std::chrono::milliseconds(250)) {
       send_note();
       beat = now;
     }
