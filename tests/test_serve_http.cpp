@@ -9,12 +9,14 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <thread>
 
 #include "random_model.h"
 #include "serve/api.h"
+#include "serve/widgets.h"
 #include "test_util.h"
 #include "tokenizer/char_tokenizer.h"
 
@@ -241,6 +243,53 @@ TEST_F(ServeHttpTest, CompletionsTokenizeAndMetricsAnswerInOpenAIShapes) {
   EXPECT_NE(m.body.find("tformer_completion_tokens_total 18\n"), std::string::npos);
   EXPECT_NE(m.body.find("tformer_time_to_first_token_seconds_count 4\n"), std::string::npos);
   EXPECT_NE(m.body.find("tformer_token_latency_seconds_bucket{le=\"+Inf\"} 14\n"), std::string::npos);
+}
+
+TEST_F(ServeHttpTest, WidgetEndpointsAnswerWithTheKernelsNumbers) {
+  serve::EngineOptions eo;
+  eo.parallel = 3;
+  eo.context = 40;
+  start(eo);
+  // Section 07's example: the checks hold, and the numbers are serve/widgets.h's own.
+  const Reply spec = post("/widgets/attention", {{"example", "spec"}});
+  ASSERT_EQ(spec.status, 200) << spec.body;
+  const json s = json::parse(spec.body);
+  EXPECT_EQ(s["full"]["out"][0], json({2.0, 0.0}));
+  EXPECT_EQ(s["earlier_row_immune"], true);
+  EXPECT_LT(s["cached_vs_full"].get<double>(), 1e-12);
+  const widgets::SpecAttentionChecks direct = widgets::spec_attention_example();
+  EXPECT_EQ(s["full"]["out"][2][1].get<double>(), direct.full.out[2][1]);
+  // A wrong mask puts mass on a future key; the right one none.
+  const json qkv = {{"queries", {{1, 0}, {0, 1}}}, {"keys", {{1, 0}, {0, 1}}}, {"values", {{2, 0}, {0, 3}}}};
+  json wrong = qkv;
+  wrong["mask"] = "score_zero";
+  EXPECT_GT(json::parse(post("/widgets/attention", wrong).body)["weights"][0][1].get<double>(), 0.0);
+  EXPECT_EQ(json::parse(post("/widgets/attention", qkv).body)["weights"][0][1].get<double>(), 0.0);
+  // RoPE: both sides, equal before and after a shift of both positions.
+  const json r1 =
+      json::parse(post("/widgets/rope", {{"q", {1, 2}}, {"k", {3, -1}}, {"m", 3}, {"n", 7}, {"theta", 0.3}}).body);
+  const json r2 =
+      json::parse(post("/widgets/rope", {{"q", {1, 2}}, {"k", {3, -1}}, {"m", 13}, {"n", 17}, {"theta", 0.3}}).body);
+  EXPECT_NEAR(r1["rotated"].get<double>(), r1["relative"].get<double>(), 1e-12);
+  EXPECT_NEAR(r1["rotated"].get<double>(), r2["rotated"].get<double>(), 1e-12);
+  // LayerNorm: the shift cancels.
+  const json ln = json::parse(post("/widgets/layernorm", {{"x", {1, 2, 4, 7}}, {"shift", 10}, {"scale", 3}}).body);
+  EXPECT_LT(ln["shift_error"].get<double>(), 1e-12);
+  EXPECT_NEAR(ln["y"][0].get<double>(), -2.5 / std::sqrt(5.25 + 1e-5), 1e-14);
+  // The KV cache: the spec's formula for the server's slots equals the bytes the engine holds.
+  const json kv = json::parse(post("/widgets/kv_cache", json::object()).body);
+  EXPECT_EQ(kv["batch"], 3);
+  EXPECT_EQ(kv["tokens"], 40);
+  EXPECT_EQ(kv["payload_bytes"], kv["engine_bytes"]);
+  EXPECT_EQ(kv["payload_bytes"].get<int64_t>(), 2 * kv["layers"].get<int64_t>() * 3 * kv["kv_heads"].get<int64_t>() *
+                                                    40 * kv["head_dim"].get<int64_t>() * 4);
+  // Errors name the field; unknown widgets are 404s; the widgets take POST.
+  const Reply bad = post("/widgets/rope", {{"q", {1, 2}}, {"k", {3, -1}}, {"theta", 2}});
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_NE(bad.body.find("theta"), std::string::npos) << bad.body;
+  EXPECT_EQ(post("/widgets/attention", {{"queries", {{1, 0}}}, {"keys", {{1}}}, {"values", {{1, 0}}}}).status, 400);
+  EXPECT_EQ(post("/widgets/nope", json::object()).status, 404);
+  EXPECT_EQ(request("GET", "/widgets/rope").status, 405);
 }
 
 TEST_F(ServeHttpTest, LimitsOnBodyLineHeadersAndTime) {

@@ -1,11 +1,13 @@
 #include "serve/api.h"
 
 #include <chrono>
+#include <cmath>
 #include <nlohmann/json.hpp>
 #include <random>
 
 #include "core/error.h"
 #include "core/file_io.h"
+#include "serve/widgets.h"
 
 namespace tformer::serve {
 
@@ -230,6 +232,120 @@ const char* kIndexPage = R"(<!doctype html>
 
 }  // namespace
 
+namespace {
+
+// Numbers of a widget's request: finite, at most `max` of them.
+std::vector<double> number_list(const json& body, const char* name, size_t max, std::vector<double> def = {}) {
+  const json* v = field(body, name);
+  if (!v) return def;
+  if (!v->is_array() || v->empty() || v->size() > max)
+    bad_request(fmt::format("'{}' must be an array of 1 to {} numbers", name, max));
+  std::vector<double> out;
+  for (size_t i = 0; i < v->size(); ++i) {
+    const json& x = (*v)[i];
+    if (!x.is_number() || !std::isfinite(x.get<double>()))
+      bad_request(fmt::format("'{}'[{}] must be a finite number, got {}", name, i, x.dump()));
+    out.push_back(x.get<double>());
+  }
+  return out;
+}
+widgets::Vec2 vec2(const json& body, const char* name) {
+  const std::vector<double> v = number_list(body, name, 2);
+  if (v.size() != 2) bad_request(fmt::format("'{}' must be two numbers", name));
+  return {v[0], v[1]};
+}
+std::vector<widgets::Vec2> vec2_list(const json& body, const char* name, size_t max) {
+  const json* v = field(body, name);
+  if (!v || !v->is_array() || v->empty() || v->size() > max)
+    bad_request(fmt::format("'{}' must be an array of 1 to {} pairs of numbers", name, max));
+  std::vector<widgets::Vec2> out;
+  for (size_t i = 0; i < v->size(); ++i) {
+    const json& row = (*v)[i];
+    if (!row.is_array() || row.size() != 2 || !row[0].is_number() || !row[1].is_number() ||
+        !std::isfinite(row[0].get<double>()) || !std::isfinite(row[1].get<double>()))
+      bad_request(fmt::format("'{}'[{}] must be a pair of finite numbers, got {}", name, i, row.dump()));
+    out.push_back({row[0].get<double>(), row[1].get<double>()});
+  }
+  return out;
+}
+json attention_json(const widgets::ToyAttention& a) {
+  json out = json::array();
+  for (const auto& v : a.out) out.push_back({v[0], v[1]});
+  return {{"out", out}, {"weights", a.weights}};
+}
+
+}  // namespace
+
+json Api::widget(const std::string& name, const json& body) const {
+  constexpr size_t kMaxRows = 64;
+  if (name == "attention") {
+    if (const json* e = field(body, "example")) {
+      if (!e->is_string() || e->get<std::string>() != "spec") bad_request("'example' must be \"spec\"");
+      const widgets::SpecAttentionChecks c = widgets::spec_attention_example();
+      return {{"full", attention_json(c.full)},       {"cached", attention_json(c.cached)},
+              {"changed", attention_json(c.changed)}, {"first_row_error", c.first_row_error},
+              {"cached_vs_full", c.cached_vs_full},   {"earlier_row_immune", c.earlier_row_immune}};
+    }
+    const auto q = vec2_list(body, "queries", kMaxRows), k = vec2_list(body, "keys", kMaxRows),
+               v = vec2_list(body, "values", kMaxRows);
+    const int64_t offset = int_field(body, "offset", 0, 0, kMaxRows);
+    const json* m = field(body, "mask");
+    const std::string rule = m && m->is_string() ? m->get<std::string>() : (m ? "?" : "correct");
+    widgets::MaskRule r = widgets::MaskRule::Correct;
+    if (rule == "score_zero")
+      r = widgets::MaskRule::ScoreZero;
+    else if (rule == "zero_after_softmax")
+      r = widgets::MaskRule::ZeroAfterSoftmax;
+    else if (rule != "correct")
+      bad_request("'mask' must be \"correct\", \"score_zero\" or \"zero_after_softmax\"");
+    return attention_json(widgets::toy_attention(q, k, v, offset, r));
+  }
+  if (name == "rope") {
+    const widgets::RopeScores r = widgets::rope_scores(
+        vec2(body, "q"), vec2(body, "k"), int_field(body, "m", 0, 0, int64_t{1} << 20),
+        int_field(body, "n", 0, 0, int64_t{1} << 20), number_field(body, "theta", 0.5, 0, 1, true));
+    return {{"rotated", r.rotated}, {"relative", r.relative}};
+  }
+  if (name == "layernorm") {
+    const std::vector<double> x = number_list(body, "x", 256);
+    if (x.empty()) bad_request("'x' must be an array of 1 to 256 numbers");
+    const widgets::LayerNormDemo d = widgets::layernorm_demo(
+        x, number_field(body, "shift", 0, -1e6, 1e6), number_field(body, "scale", 1, 0, 1e6, true),
+        number_field(body, "eps", 1e-5, 0, 1, true), number_list(body, "gain", 256), number_list(body, "bias", 256));
+    return {{"y", d.y},
+            {"shifted", d.shifted},
+            {"scaled", d.scaled},
+            {"shift_error", d.shift_error},
+            {"scale_error", d.scale_error},
+            {"affine", d.affine},
+            {"affine_mean", d.affine_mean},
+            {"affine_var", d.affine_var}};
+  }
+  if (name == "kv_cache") {
+    // The loaded model's cache: the formula for the server's slots beside what the engine holds,
+    // and with every query head its own KV head (what GQA saves).
+    const ModelConfig& c = engine_.model().config();
+    const auto& o = engine_.options();
+    const int64_t tokens = int_field(body, "tokens", o.context, 0, int64_t{1} << 24);
+    const int64_t batch = int_field(body, "batch", o.parallel, 0, 1 << 16);
+    return {
+        {"layers", c.n_layers},
+        {"n_heads", c.n_heads},
+        {"kv_heads", c.n_kv_heads},
+        {"head_dim", c.head_dim()},
+        {"tokens", tokens},
+        {"batch", batch},
+        {"bytes_per_entry", 4},
+        {"payload_bytes", widgets::kv_cache_payload_bytes(c.n_layers, batch, c.n_kv_heads, tokens, c.head_dim(), 4)},
+        {"payload_bytes_one_kv_head_per_query_head",
+         widgets::kv_cache_payload_bytes(c.n_layers, batch, c.n_heads, tokens, c.head_dim(), 4)},
+        {"engine_bytes", engine_.cache_bytes()},
+        {"engine_slots", o.parallel},
+        {"engine_context", o.context}};
+  }
+  throw ApiError{404, fmt::format("no widget '{}' (attention, rope, layernorm, kv_cache)", name), "not_found_error"};
+}
+
 void Api::handle(const HttpRequest& req, HttpResponse& res) {
   ++http_requests_;
   auto send_json = [&](int status, const json& j) { res.send(status, "application/json", dump(j)); };
@@ -306,6 +422,10 @@ void Api::handle(const HttpRequest& req, HttpResponse& res) {
                              {"kv_cache_bytes", engine_.cache_bytes()},
                              {"chat_template", options_.has_chat_template ? json(options_.chat.message) : json()},
                              {"model_chat_template", options_.model_chat_template}});
+    }
+    if (p.rfind("/widgets/", 0) == 0) {
+      method("POST");
+      return send_json(200, widget(p.substr(9), parse_body(req.body)));
     }
     if (p == "/metrics") {
       method("GET");

@@ -50,6 +50,8 @@ class Api {
  private:
   void completions(const HttpRequest& req, HttpResponse& res, bool chat);
   std::string metrics_text() const;
+  // POST /widgets/NAME: the explorable page's toy widgets (serve/widgets.h, docs/serve.md).
+  nlohmann::json widget(const std::string& name, const nlohmann::json& body) const;
 
   Engine& engine_;
   const Tokenizer& tokenizer_;

@@ -148,6 +148,7 @@ class Engine {
   EngineMetrics metrics() const;
   // Bytes of the KV cache (allocated) and of the tokens it holds now.
   int64_t cache_bytes() const { return cache_bytes_; }
+  const Model& model() const { return model_; }
 
  private:
   struct Sequence;
