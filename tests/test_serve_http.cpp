@@ -19,6 +19,7 @@
 #include "serve/widgets.h"
 #include "test_util.h"
 #include "tokenizer/char_tokenizer.h"
+#include "tokenizer/sennrich_bpe.h"
 
 namespace tformer {
 namespace {
@@ -283,6 +284,21 @@ TEST_F(ServeHttpTest, WidgetEndpointsAnswerWithTheKernelsNumbers) {
   EXPECT_EQ(kv["payload_bytes"], kv["engine_bytes"]);
   EXPECT_EQ(kv["payload_bytes"].get<int64_t>(), 2 * kv["layers"].get<int64_t>() * 3 * kv["kv_heads"].get<int64_t>() *
                                                     40 * kv["head_dim"].get<int64_t>() * 4);
+  // BPE: the fifth step equals the fifth merge the learner makes on the same corpus (the one
+  // `bpe learn --trace` prints), and the recount after four steps names it first.
+  const std::string corpus = "low low low low lower lower newest newest newest widest widest";
+  const json b5 = json::parse(post("/widgets/bpe", {{"corpus", corpus}, {"steps", 5}, {"apply", "lowest"}}).body);
+  const json b4 = json::parse(post("/widgets/bpe", {{"corpus", corpus}, {"steps", 4}}).body);
+  BpeLearnOptions lo;
+  lo.merges = 5;
+  const BpeLearnResult learned = learn_bpe_from_word_counts(bpe_count_words(corpus, "c"), lo);
+  ASSERT_EQ(b5["steps"].size(), 5u);
+  EXPECT_EQ(b5["steps"][4]["first"], learned.merges[4].first);
+  EXPECT_EQ(b5["steps"][4]["second"], learned.merges[4].second);
+  EXPECT_EQ(b4["pairs"][0]["first"], learned.merges[4].first);
+  EXPECT_EQ(b4["pairs"][0]["second"], learned.merges[4].second);
+  EXPECT_FALSE(b5["applied"][0].empty());
+  EXPECT_EQ(post("/widgets/bpe", {{"steps", 2}}).status, 400);
   // Errors name the field; unknown widgets are 404s; the widgets take POST.
   const Reply bad = post("/widgets/rope", {{"q", {1, 2}}, {"k", {3, -1}}, {"theta", 2}});
   EXPECT_EQ(bad.status, 400);

@@ -100,6 +100,47 @@ TEST(Widgets, LayerNormShiftCancelsScaleCancelsButForEps) {
   EXPECT_ERROR(layernorm_demo(x, 0, -1, 1e-5), ErrorKind::BadInput, "scale");
 }
 
+TEST(Widgets, BpeStepsFollowTheWorkedExampleAndThePairCountsPredictTheNextMerge) {
+  // sennrich_bpe.h's worked example: "aaaa aaaa aaaa ab ab".
+  const std::string corpus = "aaaa aaaa aaaa ab ab";
+  const BpeWidget zero = bpe_widget(corpus, 0, 2, "");
+  ASSERT_EQ(zero.words.size(), 2u);
+  EXPECT_EQ(zero.words[0].word, "aaaa");
+  EXPECT_EQ(zero.words[0].count, 3u);
+  EXPECT_EQ(zero.segments[0], (std::vector<std::string>{"a", "a", "a", "a</w>"}));
+  // Before any merge: a a a a</w> holds (a, a) twice, times 3 words.
+  ASSERT_FALSE(zero.pairs.empty());
+  EXPECT_EQ(zero.pairs[0].first, "a");
+  EXPECT_EQ(zero.pairs[0].second, "a");
+  EXPECT_EQ(zero.pairs[0].count, 6);
+  // After step 1 the candidates tie at 3: (aa, a) before (a, a</w>), the greater pair.
+  const BpeWidget one = bpe_widget(corpus, 1, 2, "");
+  ASSERT_EQ(one.steps.size(), 1u);
+  EXPECT_EQ(one.steps[0].first + " " + one.steps[0].second, "a a");
+  EXPECT_EQ(one.steps[0].count, 6);
+  ASSERT_GE(one.pairs.size(), 2u);
+  EXPECT_EQ(one.pairs[0].first + " " + one.pairs[0].second, "aa a");
+  EXPECT_EQ(one.pairs[1].first + " " + one.pairs[1].second, "a a</w>");
+  EXPECT_EQ(one.pairs[0].count, 3);
+  EXPECT_EQ(one.pairs[1].count, 3);
+  // Every step's recount names the next step's merge, through the four of the example.
+  const BpeWidget all = bpe_widget(corpus, 10, 2, "aaaa ab ba");
+  ASSERT_EQ(all.steps.size(), 4u);
+  EXPECT_FALSE(all.stop_reason.empty());
+  for (int64_t k = 0; k < 4; ++k) {
+    const BpeWidget w = bpe_widget(corpus, k, 2, "");
+    EXPECT_EQ(w.pairs[0].first, all.steps[static_cast<size_t>(k)].first) << "step " << k + 1;
+    EXPECT_EQ(w.pairs[0].second, all.steps[static_cast<size_t>(k)].second) << "step " << k + 1;
+    EXPECT_EQ(w.pairs[0].count, all.steps[static_cast<size_t>(k)].count) << "step " << k + 1;
+  }
+  // Applied to new text, in its order: aaaa is one symbol, ab one, "ba" stays two characters.
+  ASSERT_EQ(all.applied.size(), 3u);
+  EXPECT_EQ(all.applied[0], (std::vector<std::string>{"aaaa</w>"}));
+  EXPECT_EQ(all.applied[1], (std::vector<std::string>{"ab</w>"}));
+  EXPECT_EQ(all.applied[2], (std::vector<std::string>{"b", "a</w>"}));
+  EXPECT_ERROR(bpe_widget("", 1, 2, ""), ErrorKind::BadInput, "corpus");
+}
+
 TEST(Widgets, KvCachePayloadFormula) {
   // GPT-2 124M at 1024 tokens in float32: 2 x 12 x 1 x 12 x 1024 x 64 x 4.
   EXPECT_EQ(kv_cache_payload_bytes(12, 1, 12, 1024, 64, 4), 75497472);

@@ -343,7 +343,39 @@ json Api::widget(const std::string& name, const json& body) const {
         {"engine_slots", o.parallel},
         {"engine_context", o.context}};
   }
-  throw ApiError{404, fmt::format("no widget '{}' (attention, rope, layernorm, kv_cache)", name), "not_found_error"};
+  if (name == "bpe") {
+    auto text = [&](const char* key, bool required) {
+      const json* v = field(body, key);
+      if (!v && !required) return std::string();
+      if (!v || !v->is_string()) bad_request(fmt::format("'{}' must be a string", key));
+      if (v->get<std::string>().size() > (1 << 16)) bad_request(fmt::format("'{}' is over 64 KiB", key));
+      return v->get<std::string>();
+    };
+    const widgets::BpeWidget w =
+        widgets::bpe_widget(text("corpus", true), int_field(body, "steps", 1, 0, 500),
+                            int_field(body, "min_frequency", 2, 1, INT64_MAX), text("apply", false));
+    json words = json::array(), steps = json::array(), pairs = json::array();
+    for (const auto& wc : w.words) words.push_back({{"word", wc.word}, {"count", wc.count}});
+    for (const auto& st : w.steps)
+      steps.push_back({{"step", st.step},
+                       {"first", st.first},
+                       {"second", st.second},
+                       {"count", st.count},
+                       {"symbol", st.symbol},
+                       {"vocab_size", st.vocab_size}});
+    for (const auto& pc : w.pairs) pairs.push_back({{"first", pc.first}, {"second", pc.second}, {"count", pc.count}});
+    return {{"words", words},
+            {"steps", steps},
+            {"segments", w.segments},
+            {"pairs", pairs},
+            {"tie_rule",
+             "the largest count; among equal counts the greatest pair, compared as (first, second) by code points "
+             "(subword-nmt's max over (count, pair))"},
+            {"stop_reason", w.stop_reason},
+            {"applied", w.applied}};
+  }
+  throw ApiError{404, fmt::format("no widget '{}' (attention, rope, layernorm, kv_cache, bpe)", name),
+                 "not_found_error"};
 }
 
 void Api::handle(const HttpRequest& req, HttpResponse& res) {

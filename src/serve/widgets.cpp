@@ -2,9 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <tuple>
 #include <utility>
 
 #include "core/error.h"
+#include "core/utf8.h"
 #include "kernels/attention.h"
 #include "kernels/norm.h"
 #include "kernels/rope.h"
@@ -148,6 +151,46 @@ LayerNormDemo layernorm_demo(const std::vector<double>& x, double shift, double 
   for (double v : d.affine) d.affine_mean += v / static_cast<double>(n);
   for (double v : d.affine) d.affine_var += (v - d.affine_mean) * (v - d.affine_mean) / static_cast<double>(n);
   return d;
+}
+
+BpeWidget bpe_widget(std::string_view corpus, int64_t steps, int64_t min_frequency, std::string_view apply_text) {
+  BpeWidget w;
+  w.words = bpe_count_words(corpus, "corpus");
+  if (w.words.empty()) fail_input("corpus", "BPE widget: the corpus has no words");
+  BpeLearnOptions o;
+  o.merges = steps;
+  o.min_frequency = min_frequency;
+  o.on_step = [&](const BpeStep& s) { w.steps.push_back(s); };
+  const BpeLearnResult learned = learn_bpe_from_word_counts(w.words, o);
+  w.stop_reason = learned.stop_reason;
+  const SennrichBpe bpe = SennrichBpe::from_merges(learned.merges, "the widget's merges");
+  // A word's pieces as symbols: the last one carries the end-of-word marker.
+  auto symbols = [&](std::string_view word) {
+    std::vector<std::string> p = bpe.segment(word);
+    if (!p.empty()) p.back() += "</w>";
+    return p;
+  };
+  std::map<std::pair<std::string, std::string>, int64_t> counts;
+  for (const BpeWordCount& wc : w.words) {
+    w.segments.push_back(symbols(wc.word));
+    const auto& p = w.segments.back();
+    for (size_t i = 0; i + 1 < p.size(); ++i) counts[{p[i], p[i + 1]}] += static_cast<int64_t>(wc.count);
+  }
+  for (const auto& [pair, n] : counts) w.pairs.push_back({pair.first, pair.second, n});
+  // Largest count first; among equal counts the greatest pair (UTF-8 bytes compare as code points).
+  std::sort(w.pairs.begin(), w.pairs.end(), [](const BpePairCount& a, const BpePairCount& b) {
+    if (a.count != b.count) return a.count > b.count;
+    return std::tie(a.first, a.second) > std::tie(b.first, b.second);
+  });
+  // The new text's words in their order (split at spaces and line breaks, as learning splits).
+  if (const auto bad = find_invalid_utf8(apply_text))
+    fail_input("apply", "BPE widget: the text to apply is not valid UTF-8 (at byte {})", *bad);
+  for (size_t i = 0; i < apply_text.size();) {
+    const size_t end = std::min(apply_text.find_first_of(" \n\r", i), apply_text.size());
+    if (end > i) w.applied.push_back(symbols(apply_text.substr(i, end - i)));
+    i = end + 1;
+  }
+  return w;
 }
 
 int64_t kv_cache_payload_bytes(int64_t layers, int64_t batch, int64_t kv_heads, int64_t tokens, int64_t head_dim,

@@ -7,7 +7,11 @@
 
 #include <array>
 #include <cstdint>
+#include <string>
+#include <string_view>
 #include <vector>
+
+#include "tokenizer/sennrich_bpe.h"
 
 namespace tformer::widgets {
 
@@ -63,6 +67,25 @@ struct LayerNormDemo {
 };
 LayerNormDemo layernorm_demo(const std::vector<double>& x, double shift, double scale, double eps,
                              const std::vector<double>& gain = {}, const std::vector<double>& bias = {});
+
+// The BPE widget (section 01): `steps` merges learned from a toy corpus by tformer's learner
+// (subword-nmt's rules, tokenizer/sennrich_bpe.h), the words' frequencies, every step as
+// `bpe learn --trace` prints it, the pair counts recounted over the words as the merges so far
+// segment them (the candidates of the next step, in the order the learner breaks ties: the largest
+// count, then the greatest pair by code points), and the learned merges applied to new text.
+struct BpePairCount {
+  std::string first, second;
+  int64_t count = 0;
+};
+struct BpeWidget {
+  std::vector<BpeWordCount> words;                 // sorted by word
+  std::vector<BpeStep> steps;                      // the merges learned, in order
+  std::vector<std::vector<std::string>> segments;  // each word's pieces after them ("</w>" kept)
+  std::vector<BpePairCount> pairs;                 // the next step's candidates, best first
+  std::string stop_reason;                         // why fewer than `steps` were learned
+  std::vector<std::vector<std::string>> applied;   // the words of apply_text, segmented
+};
+BpeWidget bpe_widget(std::string_view corpus, int64_t steps, int64_t min_frequency, std::string_view apply_text);
 
 // A dense KV cache's payload (section 06): 2 x layers x batch x kv_heads x tokens x head_dim x
 // bytes per entry (keys and values; no allocator overhead or metadata).
