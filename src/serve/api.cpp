@@ -235,9 +235,9 @@ const char* kIndexPage = R"(<!doctype html>
 namespace {
 
 // Numbers of a widget's request: finite, at most `max` of them.
-std::vector<double> number_list(const json& body, const char* name, size_t max, std::vector<double> def = {}) {
+std::vector<double> number_list(const json& body, const char* name, size_t max) {
   const json* v = field(body, name);
-  if (!v) return def;
+  if (!v) return {};
   if (!v->is_array() || v->empty() || v->size() > max)
     bad_request(fmt::format("'{}' must be an array of 1 to {} numbers", name, max));
   std::vector<double> out;

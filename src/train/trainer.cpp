@@ -302,7 +302,7 @@ StepResult TrainSession::step() {
   // across the processes (overlapped_backward).
   const bool overlap = overlapping();
   const double comm_before = comm_->seconds_in_collectives();
-  hidden_comm_seconds_ = 0;
+  double hidden_comm = 0;  // of the collectives, the time the backward pass ran beside them
   // The accumulation tree (trainer.h): nodes_[i] is held in buffer i (buffer 0 is grads_).
   std::vector<TreeNode>& nodes = tree_nodes_;
   nodes.clear();
@@ -337,7 +337,7 @@ StepResult TrainSession::step() {
     if (!nodes.empty()) zero_arena(leaf);  // grads_ was zeroed above
     const float scale = 1.0f / static_cast<float>(k);
     if (overlap && micro == last - 1) {
-      overlapped_backward(leaf, scale, per);
+      hidden_comm = overlapped_backward(leaf, scale, per);
       continue;
     }
     graph_->backward(params, leaf, scale);
@@ -363,10 +363,7 @@ StepResult TrainSession::step() {
                    "was updated; the last checkpoint is intact",
                    step_ + 1, m, m / per, all[static_cast<size_t>(m)],
                    first_non_finite(params).empty() ? "none" : first_non_finite(params));
-    if (!overlap) {
-      std::vector<int64_t> off = slice_offsets_;
-      reduce_gradients(per, off, !zero_sharded());  // ZeRO-1: each process goes on with its slice alone
-    }
+    if (!overlap) reduce_gradients(per, slice_offsets_, !zero_sharded());  // ZeRO-1: each keeps its slice
   }
   if (!zero_sharded()) {
     r.grad_norm = clip_grad_norm(grads_, options_.grad_clip);
@@ -393,7 +390,7 @@ StepResult TrainSession::step() {
     for (size_t q = 0; q < cnt.size(); ++q) cnt[q] = slice_offsets_[q + 1] - slice_offsets_[q];
     comm_->allgatherv(params.data(), cnt, off);
   }
-  exposed_comm_seconds_ += comm_->seconds_in_collectives() - comm_before - hidden_comm_seconds_;
+  exposed_comm_seconds_ += comm_->seconds_in_collectives() - comm_before - hidden_comm;
   ++step_;
   return r;
 }
@@ -403,11 +400,12 @@ StepResult TrainSession::step() {
 // the buffer towards its start), that part is merged into the process's node of the tree (the
 // additions step() would make over the whole buffer, made on the part: the same bits) and handed
 // to a thread that runs reduce_gradients on it, cut into N equal parts, while the backward goes
-// on. A part under a quarter of the buffer waits to join the next: each collective has a fixed cost
-// (measured over a 1 Gbit/s link, bench/distributed_links.sh: parts of a layer each, 13 for GPT-2,
-// cost as much as they hid; quarters, 0.92 x the step without overlap). The thread is the only caller of
-// MPI until joined.
-void TrainSession::overlapped_backward(Arena& leaf, float scale, int64_t per) {
+// on. The thread is the only caller of MPI until joined. A part under a quarter of the buffer
+// waits to join the next: each collective has a fixed cost (over a 1 Gbit/s link,
+// bench/distributed_links.sh: parts of a layer each, 13 for GPT-2, cost as much as they hid;
+// quarters gave 0.92-0.97 x the step without overlap in two runs). Returns the seconds of the
+// thread's collectives that the backward ran beside.
+double TrainSession::overlapped_backward(Arena& leaf, float scale, int64_t per) {
   std::vector<TreeNode>& nodes = tree_nodes_;
   const int64_t micro = comm_->rank() * per + per - 1;
   // The merges pushing this leaf makes: buffer j += buffer j + 1, for each j in this order.
@@ -485,8 +483,8 @@ void TrainSession::overlapped_backward(Arena& leaf, float scale, int64_t per) {
   const auto t0 = std::chrono::steady_clock::now();
   join();
   const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  hidden_comm_seconds_ += std::max(0.0, worker_comm - waited);
   if (error) std::rethrow_exception(error);
+  return std::max(0.0, worker_comm - waited);
 }
 
 bool TrainSession::overlapping() const {

@@ -163,8 +163,7 @@ class TrainSession {
   std::vector<int64_t> layer_begin_;
   int64_t head_begin_ = 0;
   double exposed_comm_seconds_ = 0;  // communication the steps waited for (not hidden by overlap)
-  double hidden_comm_seconds_ = 0;   // this step's, hidden behind the backward pass
-  void overlapped_backward(Arena& leaf, float scale, int64_t per);
+  double overlapped_backward(Arena& leaf, float scale, int64_t per);
   // The N slices of the parameter buffer the processes own (reduce_gradients' and ZeRO-1's): slice
   // q is [slice_offsets_[q], slice_offsets_[q + 1]), aligned to the norm's pieces (kNormPiece).
   std::vector<int64_t> slice_offsets_;
