@@ -24,7 +24,7 @@ void norm_forward(T* y, const T* x, const T* w, const T* b, int64_t rows, const 
 // out[B*T, d] = attn(u) for u [B*T, d].
 template <typename T>
 void attn_branch(T* out, const T* u, int64_t batch, int64_t n_tokens, const BlockShape& s, const BlockWeights<T>& w,
-                 const int64_t* positions) {
+                 const int64_t* positions, T* probs_out) {
   const int64_t rows = batch * n_tokens, hd = s.head_dim();
   const int64_t dq = s.n_heads * hd, dkv = s.n_kv_heads * hd;
   std::vector<T> q(rows * dq), k(rows * dkv), v(rows * dkv), o(rows * dq);
@@ -45,6 +45,7 @@ void attn_branch(T* out, const T* u, int64_t batch, int64_t n_tokens, const Bloc
                        heads_btHd<const T>(k.data(), n_tokens, s.n_kv_heads, hd),
                        heads_btHd<const T>(v.data(), n_tokens, s.n_kv_heads, hd), as, mask);
   linear_forward<T>(out, o.data(), w.wo, w.bo, rows, dq, s.d_model);
+  if (probs_out) std::copy(probs.begin(), probs.end(), probs_out);
 }
 
 template <typename T>
@@ -66,7 +67,7 @@ void ffn_branch(T* out, const T* u, int64_t rows, const BlockShape& s, const Blo
 
 template <typename T>
 void block_forward(T* y, const T* x, int64_t batch, int64_t n_tokens, const BlockShape& s, const BlockWeights<T>& w,
-                   const int64_t* positions) {
+                   const int64_t* positions, T* probs) {
   TF_CHECK(s.d_model > 0 && s.n_heads > 0 && s.d_model % s.n_heads == 0,
            "block: d_model {} not divisible by n_heads {}", s.d_model, s.n_heads);
   TF_CHECK(s.n_kv_heads > 0 && s.n_heads % s.n_kv_heads == 0, "block: n_kv_heads {} does not divide n_heads {}",
@@ -76,13 +77,13 @@ void block_forward(T* y, const T* x, int64_t batch, int64_t n_tokens, const Bloc
   std::vector<T> u(n), branch(n), h(n);
   if (s.placement == NormPlacement::Pre) {
     norm_forward<T>(u.data(), x, w.attn_norm_w, w.attn_norm_b, rows, s);
-    attn_branch<T>(branch.data(), u.data(), batch, n_tokens, s, w, positions);
+    attn_branch<T>(branch.data(), u.data(), batch, n_tokens, s, w, positions, probs);
     for (int64_t i = 0; i < n; ++i) h[i] = x[i] + branch[i];
     norm_forward<T>(u.data(), h.data(), w.ffn_norm_w, w.ffn_norm_b, rows, s);
     ffn_branch<T>(branch.data(), u.data(), rows, s, w);
     for (int64_t i = 0; i < n; ++i) y[i] = h[i] + branch[i];
   } else {
-    attn_branch<T>(branch.data(), x, batch, n_tokens, s, w, positions);
+    attn_branch<T>(branch.data(), x, batch, n_tokens, s, w, positions, probs);
     for (int64_t i = 0; i < n; ++i) u[i] = x[i] + branch[i];
     norm_forward<T>(h.data(), u.data(), w.attn_norm_w, w.attn_norm_b, rows, s);
     ffn_branch<T>(branch.data(), h.data(), rows, s, w);
@@ -92,9 +93,9 @@ void block_forward(T* y, const T* x, int64_t batch, int64_t n_tokens, const Bloc
 }
 
 template void block_forward<float>(float*, const float*, int64_t, int64_t, const BlockShape&,
-                                   const BlockWeights<float>&, const int64_t*);
+                                   const BlockWeights<float>&, const int64_t*, float*);
 template void block_forward<double>(double*, const double*, int64_t, int64_t, const BlockShape&,
-                                    const BlockWeights<double>&, const int64_t*);
+                                    const BlockWeights<double>&, const int64_t*, double*);
 
 BlockShape block_shape(const ModelConfig& c) {
   BlockShape s;
@@ -148,7 +149,8 @@ std::map<std::string, std::vector<double>> arena_in_double(Arena& params) {
 
 std::vector<double> reference_decoder_logits(const ModelConfig& config,
                                              const std::map<std::string, std::vector<double>>& weights,
-                                             const std::vector<TokenId>& ids, const int64_t* positions) {
+                                             const std::vector<TokenId>& ids, const int64_t* positions,
+                                             std::vector<double>* probs) {
   ModelConfig c = config;
   c.validate();
   const int64_t T = static_cast<int64_t>(ids.size()), d = c.d_model, V = c.vocab_size;
@@ -177,8 +179,10 @@ std::vector<double> reference_decoder_logits(const ModelConfig& config,
   std::vector<int64_t> rope_positions(T);
   for (int64_t t = 0; t < T; ++t) rope_positions[t] = pos(t);
   const BlockShape shape = block_shape(c);
+  if (probs) probs->assign(static_cast<size_t>(c.n_layers * c.n_heads * T * T), 0.0);
   for (int64_t l = 0; l < c.n_layers; ++l) {
-    block_forward<double>(y.data(), x.data(), 1, T, shape, block_weights<double>(tensor, l), rope_positions.data());
+    block_forward<double>(y.data(), x.data(), 1, T, shape, block_weights<double>(tensor, l), rope_positions.data(),
+                          probs ? probs->data() + l * c.n_heads * T * T : nullptr);
     std::swap(x, y);
   }
   if (c.norm_placement == NormPlacement::Pre) {

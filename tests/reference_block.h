@@ -57,9 +57,10 @@ struct BlockWeights {
 
 // y, x: [batch, T, d_model]; every sequence is causal on the token index (key j is read by query i
 // iff j <= i). positions: [T] the RoPE position of each token (null: 0..T-1). y must not alias x.
+// probs: when given, [batch, n_heads, T, T] the attention weights (0 past the diagonal).
 template <typename T>
 void block_forward(T* y, const T* x, int64_t batch, int64_t n_tokens, const BlockShape& s, const BlockWeights<T>& w,
-                   const int64_t* positions = nullptr);
+                   const int64_t* positions = nullptr, T* probs = nullptr);
 
 // The block's view of a model config.
 BlockShape block_shape(const ModelConfig& c);
@@ -74,9 +75,11 @@ std::map<std::string, std::vector<double>> arena_in_double(Arena& params);
 
 // The whole decoder in double, composed from block_forward and the reference kernels with the
 // weights read by name: logits [T, vocab] of one sequence whose token t sits at positions[t]
-// (null: t) for its position embedding and RoPE angle.
+// (null: t) for its position embedding and RoPE angle; probs, when given, gets every layer's
+// attention weights [n_layers, n_heads, T, T].
 std::vector<double> reference_decoder_logits(const ModelConfig& c,
                                              const std::map<std::string, std::vector<double>>& weights,
-                                             const std::vector<TokenId>& ids, const int64_t* positions = nullptr);
+                                             const std::vector<TokenId>& ids, const int64_t* positions = nullptr,
+                                             std::vector<double>* probs = nullptr);
 
 }  // namespace tformer

@@ -238,6 +238,48 @@ TEST(KVCache, ModelForwardEqualsTheReferenceBlockComposition) {
   }
 }
 
+// The web page's heat maps (Model::attention_probabilities): every layer's and head's weights
+// equal the reference decoder's (the plain block composition), in float to 1e-5 and in double to
+// round-off; each row sums to one over keys 0..t and is exactly 0 past t; the logits it returns
+// are the ordinary forward's; and the model's own kernel setting is left as it was.
+TEST(KVCache, AttentionProbabilitiesEqualTheReferenceDecoders) {
+  const int64_t T = 7, V = 29;
+  for (const char* cfg : kConfigs) {
+    Model m = make_model(cfg);
+    const ModelConfig& c = m.config();
+    const auto ids = tokens(T, 13);
+    const auto weights = arena_in_double(m.params());
+    std::vector<double> ref_probs;
+    reference_decoder_logits(c, weights, ids, nullptr, &ref_probs);
+    std::vector<float> probs(c.n_layers * c.n_heads * T * T, -1.f), logits(T * V), plain(T * V);
+    m.attention_probabilities(probs.data(), ids.data(), T, logits.data());
+    EXPECT_EQ(m.attention_kernel(), AttentionKernel::Tiled) << cfg;
+    EXPECT_TRUE(all_close(probs, ref_probs, 1e-5, 1e-5)) << cfg;
+    m.forward(plain.data(), ids.data(), 1, T);
+    EXPECT_TRUE(all_close(logits, plain, 1e-5, 1e-5)) << cfg;
+    for (int64_t r = 0; r < c.n_layers * c.n_heads * T; ++r) {
+      const int64_t t = r % T;
+      double sum = 0;
+      for (int64_t j = 0; j < T; ++j) {
+        const float p = probs[r * T + j];
+        if (j > t)
+          EXPECT_EQ(p, 0.f) << cfg << " row " << r << " key " << j;
+        else
+          sum += p;
+      }
+      EXPECT_NEAR(sum, 1.0, 1e-5) << cfg << " row " << r;
+    }
+    BasicModel<double> md(c);
+    for (const auto& e : md.params().entries()) {
+      const auto& w = weights.at(e.name);
+      std::copy(w.begin(), w.end(), md.params().view(e).begin());
+    }
+    std::vector<double> dprobs(probs.size());
+    md.attention_probabilities(dprobs.data(), ids.data(), T);
+    EXPECT_TRUE(all_close(dprobs, ref_probs, 1e-12, 1e-12)) << cfg << " in double";
+  }
+}
+
 // RoPE through the cache, on the whole model: a cached chunk's queries and keys are rotated at
 // their ABSOLUTE positions (cached length + t). The reference decoder, given every token's
 // position explicitly, reproduces the model's cached chunk when the chunk keeps its absolute

@@ -116,6 +116,28 @@ void BasicModel<T>::forward(T* logits, const TokenId* ids, int64_t batch, int64_
 }
 
 template <typename T>
+void BasicModel<T>::attention_probabilities(T* probs, const TokenId* ids, int64_t n, T* logits) {
+  TF_CHECK(n >= 1, "attention_probabilities: {} tokens", n);
+  std::vector<T> own;
+  if (!logits) {
+    own.resize(static_cast<size_t>(n * config_.vocab_size));
+    logits = own.data();
+  }
+  const AttentionKernel kernel = attention_kernel_;
+  attention_kernel_ = AttentionKernel::Reference;
+  keep_probs_ = probs;
+  try {
+    forward(logits, ids, 1, n);
+  } catch (...) {
+    attention_kernel_ = kernel;
+    keep_probs_ = nullptr;
+    throw;
+  }
+  attention_kernel_ = kernel;
+  keep_probs_ = nullptr;
+}
+
+template <typename T>
 void BasicModel<T>::reserve(int64_t rows, int64_t batch) {
   rows = std::max<int64_t>(rows, 1);
   Workspace& w = ws_;
@@ -211,6 +233,8 @@ void BasicModel<T>::forward_cached(T* logits, const TokenId* ids, int64_t batch,
     kv.values = cache.values(l);
     kv.keys.seq = kv.values.seq = slots;
     w.acts.x = w.x;
+    // attention_probabilities: a fresh cache of capacity n, so n_kv = n.
+    w.acts.probs = keep_probs_ ? keep_probs_ + l * c.n_heads * n * n_kv : nullptr;
     layer_forward<T>(w.y, w.acts, weights_.layers[l], w.scratch, c, step, kv);
     std::swap(w.x, w.y);
   }

@@ -67,6 +67,13 @@ class BasicModel {
   void forward_cached(T* logits, const TokenId* ids, int64_t batch, int64_t n, const int64_t* n_valid,
                       BasicKVCache<T>& cache, bool all_positions, const int64_t* slots = nullptr);
 
+  // The attention probabilities of one sequence: probs [n_layers, n_heads, n, n] (row t of layer l
+  // and head h: the weights query t gives keys 0..n-1; exactly 0 past t), by an uncached forward of
+  // ids [n] through the reference kernel, which keeps what its softmax made (the web page's heat
+  // maps). The same kernel the model runs with --attention reference; the tiled kernel's output
+  // equals it to rounding. logits: [n, vocab] when not null.
+  void attention_probabilities(T* probs, const TokenId* ids, int64_t n, T* logits = nullptr);
+
   // Serves matrix `name` (a linear weight of model/params.h's list, or tok_embeddings.weight for
   // a tied model, whose output projection it is) from `bytes` in a stored type (kernels/qlinear.h:
   // F16, BF16, Q8_0, Q4_0, row-major, [rows][row bytes]) rather than from the arena: the forward
@@ -105,6 +112,7 @@ class BasicModel {
   std::vector<std::vector<uint8_t>> stored_;  // the buffers of set_stored_weight
   std::vector<T> sinusoidal_;                 // [context_length, d_model] when positions = sinusoidal
   AttentionKernel attention_kernel_ = AttentionKernel::Tiled;
+  T* keep_probs_ = nullptr;  // attention_probabilities' output while it runs
   Workspace ws_;
 };
 
