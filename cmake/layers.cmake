@@ -20,7 +20,7 @@ set(TFORMER_LAYER_DEPS_plot core)
 set(TFORMER_LAYER_DEPS_model core kernels tokenizer io)
 set(TFORMER_LAYER_DEPS_generate core kernels model)
 set(TFORMER_LAYER_DEPS_train core kernels tokenizer io model)
-set(TFORMER_LAYER_DEPS_serve core kernels tokenizer model generate)
+set(TFORMER_LAYER_DEPS_serve core kernels tokenizer plot model generate)
 set(TFORMER_LAYER_DEPS_cli core kernels tokenizer io plot model generate train serve)
 
 # Fails (FATAL_ERROR) unless every listed dependency is a layer that comes before its user.

@@ -3,10 +3,12 @@
 // and connection limits; after each the server keeps serving.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
+
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include <filesystem>
 
 #include <chrono>
 #include <cmath>
@@ -306,6 +308,111 @@ TEST_F(ServeHttpTest, WidgetEndpointsAnswerWithTheKernelsNumbers) {
   EXPECT_EQ(post("/widgets/attention", {{"queries", {{1, 0}}}, {"keys", {{1}}}, {"values", {{1, 0}}}}).status, 400);
   EXPECT_EQ(post("/widgets/nope", json::object()).status, 404);
   EXPECT_EQ(request("GET", "/widgets/rope").status, 405);
+}
+
+// The page's own endpoints: its files, the model's attention maps (Model::attention_probabilities
+// run on the inference loop), tokens with their pieces, the run's curves with the plot's axes,
+// llama-server's timings, and the page alone without a model.
+TEST_F(ServeHttpTest, PageFilesAttentionMapsPiecesCurvesAndTimings) {
+  const std::filesystem::path run = std::filesystem::path(::testing::TempDir()) / "tformer_page_run";
+  std::filesystem::remove_all(run);
+  std::filesystem::create_directories(run);
+  serve::ApiOptions ao;
+  ao.run_dir = run.string();
+  start({}, ao);
+  const Reply page = request("GET", "/");
+  EXPECT_EQ(page.status, 200);
+  EXPECT_NE(page.body.find("<html"), std::string::npos);
+  EXPECT_EQ(request("GET", "/web/nope.js").status, 404);
+
+  // Attention maps: the reference kernel's probabilities of the prompt, per head, with the heads'
+  // KV heads; they equal a direct call on the same model.
+  const Reply a = post("/widgets/model_attention", {{"prompt", "abcde"}, {"layer", 1}});
+  ASSERT_EQ(a.status, 200) << a.body;
+  const json aj = json::parse(a.body);
+  ASSERT_EQ(aj["tokens"].size(), 5u);
+  EXPECT_EQ(aj["tokens"][2]["piece"], "c");
+  EXPECT_EQ(aj["layer"], 1);
+  const ModelConfig& c = model_->config();
+  ASSERT_EQ(aj["heads"].size(), static_cast<size_t>(c.n_heads));
+  std::vector<TokenId> ids;
+  for (char ch : std::string("abcde")) ids.push_back(static_cast<unsigned char>(ch));
+  std::vector<float> probs(c.n_layers * c.n_heads * 25);
+  engine_->run_on_loop([&](Model& m) { m.attention_probabilities(probs.data(), ids.data(), 5); });
+  for (int64_t h = 0; h < c.n_heads; ++h) {
+    EXPECT_EQ(aj["heads"][h]["head"], h);
+    EXPECT_EQ(aj["heads"][h]["kv_head"], h / (c.n_heads / c.n_kv_heads));
+    for (int64_t t = 0; t < 5; ++t)
+      for (int64_t j = 0; j < 5; ++j)
+        EXPECT_EQ(aj["heads"][h]["weights"][t][j].get<float>(), probs[((c.n_heads + h) * 5 + t) * 5 + j]);
+    EXPECT_EQ(aj["heads"][h]["weights"][0][1].get<float>(), 0.f);  // the causal mask
+  }
+  EXPECT_TRUE(is_error(post("/widgets/model_attention", {{"prompt", std::string(65, 'a')}}), 400, {"65", "64"}));
+  EXPECT_TRUE(is_error(post("/widgets/model_attention", {{"prompt", "ab"}, {"layer", 9}}), 400, {"layer"}));
+
+  // Tokens with their pieces and bytes; characters beside tokens (a 2-byte character is one
+  // character and, in this byte vocabulary, two tokens).
+  const json tk = json::parse(post("/tokenize", {{"content", "h\u00e9"}, {"with_pieces", true}}).body);
+  EXPECT_EQ(tk["n_tokens"], 3);
+  EXPECT_EQ(tk["n_chars"], 2);
+  EXPECT_EQ(tk["n_bytes"], 3);
+  EXPECT_EQ(tk["tokens"][0]["piece"], "h");
+  EXPECT_EQ(tk["tokens"][1]["bytes"], json({0xC3}));
+
+  // The run's curves: waiting for metrics.jsonl; then its records, a half-written last line left
+  // out, with the axes `tformer plot` would draw.
+  EXPECT_TRUE(json::parse(request("GET", "/run").body).contains("waiting"));
+  {
+    std::ofstream f(run / "metrics.jsonl");
+    f << R"({"step":0,"train_loss":4.5,"val_loss":4.6})"
+      << "\n"
+      << R"({"step":100,"train_loss":2.0,"val_loss":2.5,"lr":0.001})"
+      << "\n"
+      << R"({"step":200,"train_lo)";
+  }
+  const json rc = json::parse(request("GET", "/run").body);
+  EXPECT_EQ(rc["train"], json({{0.0, 4.5}, {100.0, 2.0}}));
+  EXPECT_EQ(rc["val"], json({{0.0, 4.6}, {100.0, 2.5}}));
+  EXPECT_EQ(rc["last"]["lr"], 0.001);
+  EXPECT_EQ(rc["x_axis"]["ticks"].front(), 0.0);
+  EXPECT_EQ(rc["x_axis"]["ticks"].back(), 100.0);
+  EXPECT_EQ(rc["x_axis"]["labels"].front(), "0");
+  for (const json& t : rc["y_axis"]["ticks"]) {
+    EXPECT_GE(t.get<double>(), rc["y_axis"]["lo"].get<double>());
+    EXPECT_LE(t.get<double>(), rc["y_axis"]["hi"].get<double>());
+  }
+  EXPECT_LT(rc["y_axis"]["lo"].get<double>(), 2.0);
+  EXPECT_GT(rc["y_axis"]["hi"].get<double>(), 4.6);
+
+  // Timings beside usage: as many predicted tokens as completion tokens.
+  const json cj = json::parse(post("/v1/completions", {{"prompt", "ab"}, {"max_tokens", 6}, {"temperature", 0}}).body);
+  EXPECT_EQ(cj["timings"]["predicted_n"], cj["usage"]["completion_tokens"]);
+  EXPECT_EQ(cj["timings"]["prompt_n"], 2);
+  EXPECT_GE(cj["timings"]["time_to_first_token_ms"].get<double>(), 0.0);
+
+  // The page without a model: the toy widgets and the curves answer; the model's endpoints are 503s
+  // naming --model.
+  serve::Api alone(ao);
+  serve::HttpServer s2("127.0.0.1", 0, {},
+                       [&](const serve::HttpRequest& q, serve::HttpResponse& r) { alone.handle(q, r); });
+  std::thread t2([&] { s2.run(); });
+  auto ask = [&](const std::string& method, const std::string& path, const std::string& body) {
+    const int fd = connect_to(s2.port());
+    send_all(fd, fmt::format("{} {} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{}", method,
+                             path, body.size(), body));
+    const std::string r = read_all(fd);
+    ::close(fd);
+    return Reply{status_of(r), body_of(r)};
+  };
+  EXPECT_EQ(ask("GET", "/", "").status, 200);
+  EXPECT_EQ(ask("GET", "/run", "").status, 200);
+  EXPECT_EQ(ask("POST", "/widgets/attention", R"({"example":"spec"})").status, 200);
+  EXPECT_TRUE(is_error(ask("POST", "/v1/completions", R"({"prompt":"a"})"), 503, {"--model"}));
+  EXPECT_TRUE(is_error(ask("POST", "/widgets/kv_cache", "{}"), 503, {"--model"}));
+  EXPECT_EQ(json::parse(ask("GET", "/props", "").body)["model"], json());
+  s2.stop();
+  t2.join();
+  std::filesystem::remove_all(run);
 }
 
 TEST_F(ServeHttpTest, LimitsOnBodyLineHeadersAndTime) {

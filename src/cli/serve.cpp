@@ -20,7 +20,7 @@ namespace tformer::cli {
 namespace {
 
 struct ServeArgs {
-  std::string model, host = "127.0.0.1", api_key, api_key_file, chat_template, attention = "tiled", alias;
+  std::string model, run, host = "127.0.0.1", api_key, api_key_file, chat_template, attention = "tiled", alias;
   int port = 8080, threads = 0;
   int64_t parallel = 4, context = 0, prefill_chunk = 512, queue = 64, max_body = 1 << 20, max_connections = 64;
 };
@@ -55,6 +55,34 @@ void run_serve(const ServeArgs& a) {
   if (a.max_connections < 1)
     fail_input("--max-connections", "--max-connections must be at least 1, got {}", a.max_connections);
 
+  if (a.model.empty() && a.run.empty()) fail_input("--model", "give --model M (and/or --run DIR, the page's curves)");
+  if (!a.run.empty() && !std::filesystem::is_directory(a.run))
+    fail_file(a.run, "{}: --run takes the folder a tformer train run writes (--out), and this is none", a.run);
+  api.run_dir = a.run;
+  serve::HttpLimits limits;
+  limits.max_body = static_cast<size_t>(a.max_body);
+  limits.max_connections = static_cast<int>(a.max_connections);
+  const bool v6 = a.host.find(':') != std::string::npos;
+  if (a.model.empty()) {
+    // The page alone: its toy widgets and the run's curves; the model's endpoints answer 503.
+    serve::Api handler(api);
+    serve::HttpServer server(a.host, a.port, limits, [&](const serve::HttpRequest& req, serve::HttpResponse& res) {
+      handler.handle(req, res);
+    });
+    fmt::print("tformer serve: no model, the curves of {} on http://{}{}{}:{}\n", a.run, v6 ? "[" : "", a.host,
+               v6 ? "]" : "", server.port());
+    std::fflush(stdout);
+    std::thread waiter([&] {
+      int sig = 0;
+      sigwait(&signals, &sig);
+      fmt::print(stderr, "tformer serve: {}, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+      server.stop();
+    });
+    server.run();
+    waiter.join();
+    return;
+  }
+
   set_num_threads(a.threads);
   LoadedModel lm = load_model(a.model);
   lm.model->set_attention_kernel(parse_attention_kernel(a.attention));
@@ -70,12 +98,8 @@ void run_serve(const ServeArgs& a) {
   eo.run_on_caller = true;  // on this thread, which loaded the model (serve/engine.h says why)
   serve::Engine engine(*lm.model, *lm.tokenizer, eo);
   serve::Api handler(engine, *lm.tokenizer, api);
-  serve::HttpLimits limits;
-  limits.max_body = static_cast<size_t>(a.max_body);
-  limits.max_connections = static_cast<int>(a.max_connections);
   serve::HttpServer server(a.host, a.port, limits,
                            [&](const serve::HttpRequest& req, serve::HttpResponse& res) { handler.handle(req, res); });
-  const bool v6 = a.host.find(':') != std::string::npos;
   fmt::print("tformer serve: {} on http://{}{}{}:{} ({} slots of {} tokens, KV cache {:.1f} MiB)\n", api.model_id,
              v6 ? "[" : "", a.host, v6 ? "]" : "", server.port(), eo.parallel, engine.context(),
              static_cast<double>(engine.cache_bytes()) / (1 << 20));
@@ -106,7 +130,8 @@ void run_serve(const ServeArgs& a) {
 void register_serve(CLI::App& app) {
   auto s = std::make_shared<ServeArgs>();
   auto* c = app.add_subcommand("serve", "An OpenAI-compatible HTTP server (docs/serve.md)");
-  c->add_option("--model", s->model, "Model file")->required();
+  c->add_option("--model", s->model, "Model file (the page alone with --run when absent)");
+  c->add_option("--run", s->run, "A training run's folder: the page draws its metrics.jsonl's loss curves, live");
   c->add_option("--host", s->host, "Address to bind (loopback unless told otherwise)")->capture_default_str();
   c->add_option("--port", s->port, "Port (0 = a free one)")->capture_default_str();
   c->add_option("--parallel", s->parallel, "Sequences decoding at once (KV cache slots)")->capture_default_str();

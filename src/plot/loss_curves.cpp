@@ -210,15 +210,23 @@ bool finite_number(const nlohmann::json& j) { return j.is_number() && std::isfin
 
 }  // namespace
 
+PlotAxis plot_axis(double lo, double hi, int target, bool integer) {
+  Axis a = make_axis(lo, hi, target, integer);
+  return {a.lo, a.hi, a.step, std::move(a.ticks), std::move(a.labels)};
+}
+
 LossCurves read_loss_curves(const std::string& metrics_path) {
-  const std::string text = read_file(metrics_path);
+  return parse_loss_curves(read_file(metrics_path), metrics_path);
+}
+
+LossCurves parse_loss_curves(std::string_view text, const std::string& metrics_path) {
   LossCurves curves;
   size_t start = 0;
   int64_t line_no = 0;
   while (start < text.size()) {
     size_t nl = text.find('\n', start);
     if (nl == std::string::npos) nl = text.size();
-    const std::string_view line = std::string_view(text).substr(start, nl - start);
+    const std::string_view line = text.substr(start, nl - start);
     start = nl + 1;
     ++line_no;
     if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;

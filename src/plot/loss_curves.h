@@ -13,6 +13,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -27,6 +28,18 @@ struct LossCurves {
 
 // Reads a metrics.jsonl file; errors name the file and line ("m.jsonl:3: not valid JSON: ...").
 LossCurves read_loss_curves(const std::string& metrics_path);
+// The same from the file's text (`name` for the errors).
+LossCurves parse_loss_curves(std::string_view text, const std::string& name);
+
+// An axis as the plot draws it: ticks at a "nice" step (1, 2 or 5 times a power of ten; at least 1
+// when `integer`) near (hi - lo) / target, from the first multiple of the step at or above lo to hi,
+// and their labels with as many decimals as the step needs (scientific for very large or small).
+struct PlotAxis {
+  double lo = 0, hi = 0, step = 0;
+  std::vector<double> ticks;
+  std::vector<std::string> labels;
+};
+PlotAxis plot_axis(double lo, double hi, int target, bool integer);
 
 // The plot as width x height RGB pixels (row-major, top row first). Throws Error when both curves
 // are empty or the size is outside [160, 8192] x [120, 8192].

@@ -2,11 +2,15 @@
 
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <span>
 
 #include "core/error.h"
 #include "core/file_io.h"
+#include "plot/loss_curves.h"
+#include "serve/web_assets.h"
 #include "serve/widgets.h"
 
 namespace tformer::serve {
@@ -217,20 +221,21 @@ std::string ChatTemplate::render(const std::vector<std::pair<std::string, std::s
 }
 
 Api::Api(Engine& engine, const Tokenizer& tokenizer, ApiOptions options)
-    : engine_(engine), tokenizer_(tokenizer), options_(std::move(options)) {}
+    : engine_(&engine), tokenizer_(&tokenizer), options_(std::move(options)) {}
+Api::Api(ApiOptions options) : options_(std::move(options)) {}
 
-namespace {
+Engine& Api::engine() const {
+  if (!engine_)
+    throw ApiError{503, "no model is loaded: start tformer serve with --model M to use this endpoint",
+                   "model_not_loaded"};
+  return *engine_;
+}
+const Tokenizer& Api::tokenizer() const {
+  engine();
+  return *tokenizer_;
+}
 
-const char* kIndexPage = R"(<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>tformer serve</title></head>
-<body><h1>tformer serve</h1>
-<p>An OpenAI-compatible server. Endpoints: <code>GET /health</code>, <code>GET /v1/models</code>,
-<code>POST /v1/completions</code>, <code>POST /v1/chat/completions</code>, <code>POST /tokenize</code>,
-<code>POST /detokenize</code>, <code>GET /props</code>, <code>GET /metrics</code>. See docs/serve.md.</p>
-</body></html>
-)";
-
-}  // namespace
+namespace {}  // namespace
 
 namespace {
 
@@ -268,10 +273,21 @@ std::vector<widgets::Vec2> vec2_list(const json& body, const char* name, size_t 
   }
   return out;
 }
-json attention_json(const widgets::ToyAttention& a) {
-  json out = json::array();
+// The outputs and weights, with each row's sum and the weight it puts on keys past its position
+// (q_offset + row): 1 and 0 under the causal rule; not so under the two wrong masks.
+json attention_json(const widgets::ToyAttention& a, int64_t q_offset) {
+  json out = json::array(), sums = json::array(), future = json::array();
   for (const auto& v : a.out) out.push_back({v[0], v[1]});
-  return {{"out", out}, {"weights", a.weights}};
+  for (size_t i = 0; i < a.weights.size(); ++i) {
+    double sum = 0, ahead = 0;
+    for (size_t j = 0; j < a.weights[i].size(); ++j) {
+      sum += a.weights[i][j];
+      if (static_cast<int64_t>(j) > q_offset + static_cast<int64_t>(i)) ahead += a.weights[i][j];
+    }
+    sums.push_back(sum);
+    future.push_back(ahead);
+  }
+  return {{"out", out}, {"weights", a.weights}, {"row_sums", sums}, {"future_mass", future}, {"offset", q_offset}};
 }
 
 }  // namespace
@@ -282,9 +298,9 @@ json Api::widget(const std::string& name, const json& body) const {
     if (const json* e = field(body, "example")) {
       if (!e->is_string() || e->get<std::string>() != "spec") bad_request("'example' must be \"spec\"");
       const widgets::SpecAttentionChecks c = widgets::spec_attention_example();
-      return {{"full", attention_json(c.full)},       {"cached", attention_json(c.cached)},
-              {"changed", attention_json(c.changed)}, {"first_row_error", c.first_row_error},
-              {"cached_vs_full", c.cached_vs_full},   {"earlier_row_immune", c.earlier_row_immune}};
+      return {{"full", attention_json(c.full, 0)},       {"cached", attention_json(c.cached, 2)},
+              {"changed", attention_json(c.changed, 0)}, {"first_row_error", c.first_row_error},
+              {"cached_vs_full", c.cached_vs_full},      {"earlier_row_immune", c.earlier_row_immune}};
     }
     const auto q = vec2_list(body, "queries", kMaxRows), k = vec2_list(body, "keys", kMaxRows),
                v = vec2_list(body, "values", kMaxRows);
@@ -298,13 +314,13 @@ json Api::widget(const std::string& name, const json& body) const {
       r = widgets::MaskRule::ZeroAfterSoftmax;
     else if (rule != "correct")
       bad_request("'mask' must be \"correct\", \"score_zero\" or \"zero_after_softmax\"");
-    return attention_json(widgets::toy_attention(q, k, v, offset, r));
+    return attention_json(widgets::toy_attention(q, k, v, offset, r), offset);
   }
   if (name == "rope") {
-    const widgets::RopeScores r = widgets::rope_scores(
-        vec2(body, "q"), vec2(body, "k"), int_field(body, "m", 0, 0, int64_t{1} << 20),
-        int_field(body, "n", 0, 0, int64_t{1} << 20), number_field(body, "theta", 0.5, 0, 1, true));
-    return {{"rotated", r.rotated}, {"relative", r.relative}};
+    const int64_t m = int_field(body, "m", 0, 0, int64_t{1} << 20), n = int_field(body, "n", 0, 0, int64_t{1} << 20);
+    const double theta = number_field(body, "theta", 0.5, 0, 1, true);
+    const widgets::RopeScores r = widgets::rope_scores(vec2(body, "q"), vec2(body, "k"), m, n, theta);
+    return {{"rotated", r.rotated}, {"relative", r.relative}, {"m", m}, {"n", n}, {"theta", theta}};
   }
   if (name == "layernorm") {
     const std::vector<double> x = number_list(body, "x", 256);
@@ -312,7 +328,8 @@ json Api::widget(const std::string& name, const json& body) const {
     const widgets::LayerNormDemo d = widgets::layernorm_demo(
         x, number_field(body, "shift", 0, -1e6, 1e6), number_field(body, "scale", 1, 0, 1e6, true),
         number_field(body, "eps", 1e-5, 0, 1, true), number_list(body, "gain", 256), number_list(body, "bias", 256));
-    return {{"y", d.y},
+    return {{"x", x},
+            {"y", d.y},
             {"shifted", d.shifted},
             {"scaled", d.scaled},
             {"shift_error", d.shift_error},
@@ -324,11 +341,19 @@ json Api::widget(const std::string& name, const json& body) const {
   if (name == "kv_cache") {
     // The loaded model's cache: the formula for the server's slots beside what the engine holds,
     // and with every query head its own KV head (what GQA saves).
-    const ModelConfig& c = engine_.model().config();
-    const auto& o = engine_.options();
+    const ModelConfig& c = engine().model().config();
+    const auto& o = engine().options();
     const int64_t tokens = int_field(body, "tokens", o.context, 0, int64_t{1} << 24);
     const int64_t batch = int_field(body, "batch", o.parallel, 0, 1 << 16);
+    // Another KV-head count (a GQA conversion of this model, tformer convert --kv-heads): any
+    // divisor of the query heads.
+    const int64_t kv = int_field(body, "kv_heads", c.n_kv_heads, 1, c.n_heads);
+    if (c.n_heads % kv != 0)
+      bad_request(fmt::format("'kv_heads' must divide the model's {} query heads, got {}", c.n_heads, kv));
     return {
+        {"payload_bytes_with_kv_heads",
+         widgets::kv_cache_payload_bytes(c.n_layers, batch, kv, tokens, c.head_dim(), 4)},
+        {"with_kv_heads", kv},
         {"layers", c.n_layers},
         {"n_heads", c.n_heads},
         {"kv_heads", c.n_kv_heads},
@@ -339,7 +364,7 @@ json Api::widget(const std::string& name, const json& body) const {
         {"payload_bytes", widgets::kv_cache_payload_bytes(c.n_layers, batch, c.n_kv_heads, tokens, c.head_dim(), 4)},
         {"payload_bytes_one_kv_head_per_query_head",
          widgets::kv_cache_payload_bytes(c.n_layers, batch, c.n_heads, tokens, c.head_dim(), 4)},
-        {"engine_bytes", engine_.cache_bytes()},
+        {"engine_bytes", engine().cache_bytes()},
         {"engine_slots", o.parallel},
         {"engine_context", o.context}};
   }
@@ -387,9 +412,13 @@ void Api::handle(const HttpRequest& req, HttpResponse& res) {
       if (req.method != m)
         throw ApiError{405, fmt::format("{} takes {}, not {}", p, m, req.method), "invalid_request_error"};
     };
-    if (p == "/" || p == "/index.html") {
+    // The page (web/, built into the binary): GET / and GET /web/NAME, never behind the API key
+    // (they hold no data; every number they show comes from the endpoints below).
+    if (p == "/" || p == "/index.html" || p.rfind("/web/", 0) == 0) {
       method("GET");
-      return (void)res.send(200, "text/html; charset=utf-8", kIndexPage);
+      const WebAsset* a = find_web_asset(p.rfind("/web/", 0) == 0 ? std::string_view(p).substr(5) : "index.html");
+      if (!a) throw ApiError{404, fmt::format("no file {} in the page", p), "not_found_error"};
+      return (void)res.send(200, std::string(a->content_type), std::string(a->bytes));
     }
     if (p == "/health") {
       method("GET");
@@ -425,8 +454,21 @@ void Api::handle(const HttpRequest& req, HttpResponse& res) {
       if (!c || !c->is_string()) bad_request("'content' must be a string");
       const bool special = bool_field(body, "add_special", true);
       const std::string text = c->get<std::string>();
-      const auto ids = special ? encode_for_model(tokenizer_, text) : tokenizer_.encode(text);
-      return send_json(200, {{"tokens", ids}});
+      const auto ids = special ? encode_for_model(tokenizer(), text) : tokenizer().encode(text);
+      if (!bool_field(body, "with_pieces", false)) return send_json(200, {{"tokens", ids}});
+      // llama-server's form: each token with its text (its bytes; a piece need not be whole UTF-8
+      // characters, and then it is shown with U+FFFD), and the character count beside the token count.
+      json tokens = json::array();
+      for (TokenId id : ids) {
+        const std::string piece = tokenizer().decode(std::span<const TokenId>(&id, 1));
+        std::vector<int> bytes(piece.begin(), piece.end());
+        for (int& x : bytes) x &= 0xFF;
+        tokens.push_back({{"id", id}, {"piece", piece}, {"bytes", bytes}});
+      }
+      size_t chars = 0;  // code points: nlohmann's parser has checked the string is UTF-8
+      for (unsigned char ch : text) chars += (ch & 0xC0) != 0x80;
+      return send_json(200,
+                       {{"tokens", tokens}, {"n_tokens", ids.size()}, {"n_chars", chars}, {"n_bytes", text.size()}});
     }
     if (p == "/detokenize") {
       method("POST");
@@ -436,28 +478,41 @@ void Api::handle(const HttpRequest& req, HttpResponse& res) {
       std::vector<TokenId> ids;
       for (size_t i = 0; i < t->size(); ++i) {
         const json& v = (*t)[i];
-        if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= tokenizer_.vocab_size())
-          bad_request(
-              fmt::format("'tokens'[{}] is not a token id of this vocabulary (0..{})", i, tokenizer_.vocab_size() - 1));
+        if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= tokenizer().vocab_size())
+          bad_request(fmt::format("'tokens'[{}] is not a token id of this vocabulary (0..{})", i,
+                                  tokenizer().vocab_size() - 1));
         ids.push_back(static_cast<TokenId>(v.get<int64_t>()));
       }
-      return send_json(200, {{"content", tokenizer_.decode(ids)}});
+      return send_json(200, {{"content", tokenizer().decode(ids)}});
     }
     if (p == "/props") {
       method("GET");
-      const auto& o = engine_.options();
+      if (!engine_) return send_json(200, {{"model", json()}, {"run", options_.run_dir}});
+      const auto& o = engine().options();
+      const ModelConfig& mc = engine().model().config();
       return send_json(200, {{"model", options_.model_id},
+                             {"run", options_.run_dir.empty() ? json() : json(options_.run_dir)},
+                             {"config", mc.to_json()},
+                             {"vocab_size", tokenizer().vocab_size()},
                              {"parallel", o.parallel},
                              {"context", o.context},
                              {"prefill_chunk", o.prefill_chunk},
                              {"queue", o.max_queue},
-                             {"kv_cache_bytes", engine_.cache_bytes()},
+                             {"kv_cache_bytes", engine().cache_bytes()},
                              {"chat_template", options_.has_chat_template ? json(options_.chat.message) : json()},
                              {"model_chat_template", options_.model_chat_template}});
+    }
+    if (p == "/widgets/model_attention") {
+      method("POST");
+      return send_json(200, model_attention(parse_body(req.body)));
     }
     if (p.rfind("/widgets/", 0) == 0) {
       method("POST");
       return send_json(200, widget(p.substr(9), parse_body(req.body)));
+    }
+    if (p == "/run") {
+      method("GET");
+      return send_json(200, run_curves());
     }
     if (p == "/metrics") {
       method("GET");
@@ -525,7 +580,7 @@ void Api::completions(const HttpRequest& req, HttpResponse& res, bool chat) {
       }
       conv.emplace_back(role->get<std::string>(), std::move(text));
     }
-    job.prompt = encode_for_model(tokenizer_, options_.chat.render(conv));
+    job.prompt = encode_for_model(tokenizer(), options_.chat.render(conv));
     stops = options_.chat.stop;
   } else {
     const json* pr = field(body, "prompt");
@@ -533,26 +588,26 @@ void Api::completions(const HttpRequest& req, HttpResponse& res, bool chat) {
     const json* one = pr;
     if (pr->is_array() && pr->size() == 1 && (*pr)[0].is_string()) one = &(*pr)[0];
     if (one->is_string()) {
-      job.prompt = encode_for_model(tokenizer_, one->get<std::string>());
+      job.prompt = encode_for_model(tokenizer(), one->get<std::string>());
     } else if (pr->is_array()) {
       for (size_t i = 0; i < pr->size(); ++i) {
         const json& v = (*pr)[i];
-        if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= tokenizer_.vocab_size())
-          bad_request(
-              fmt::format("'prompt'[{}] is not a token id of this vocabulary (0..{})", i, tokenizer_.vocab_size() - 1));
+        if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= tokenizer().vocab_size())
+          bad_request(fmt::format("'prompt'[{}] is not a token id of this vocabulary (0..{})", i,
+                                  tokenizer().vocab_size() - 1));
         job.prompt.push_back(static_cast<TokenId>(v.get<int64_t>()));
       }
     } else {
       bad_request(fmt::format("'prompt' must be a string or an array of token ids, got {}", type_name(*pr)));
     }
     if (job.prompt.empty()) {
-      if (auto eot = tokenizer_.eot_id())
+      if (auto eot = tokenizer().eot_id())
         job.prompt.push_back(*eot);
       else
         bad_request("the prompt is empty and the tokenizer has no end-of-text token to start from");
     }
   }
-  const int64_t P = static_cast<int64_t>(job.prompt.size()), ctx = engine_.context();
+  const int64_t P = static_cast<int64_t>(job.prompt.size()), ctx = engine().context();
   if (P > ctx) bad_request(fmt::format("the prompt has {} tokens; the context is {} tokens per sequence", P, ctx));
   const char* max_name = chat && field(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
   job.max_tokens = int_field(body, max_name, ctx - P, 0, INT32_MAX);
@@ -597,9 +652,9 @@ void Api::completions(const HttpRequest& req, HttpResponse& res, bool chat) {
   }
 
   // n samples: seeds seed, seed + 1, ... (independent samples of the prompt, sharing its prefill).
-  std::vector<std::shared_ptr<Stream>> streams = engine_.submit_samples(job, n);
+  std::vector<std::shared_ptr<Stream>> streams = engine().submit_samples(job, n);
   if (streams.empty()) {
-    if (engine_.stopping()) throw ApiError{503, "the server is shutting down", "server_shutting_down"};
+    if (engine().stopping()) throw ApiError{503, "the server is shutting down", "server_shutting_down"};
     throw ApiError{503, "the server is busy: the request queue is full; try again later", "server_busy"};
   }
   const std::string id = fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", next_id_++);
@@ -634,6 +689,25 @@ void Api::completions(const HttpRequest& req, HttpResponse& res, bool chat) {
       offset += static_cast<int64_t>(t.token.size());
     }
     return {{"tokens", tokens}, {"token_logprobs", lp}, {"top_logprobs", top}, {"text_offset", off}};
+  };
+  // Timings as llama-server reports them, measured here: from the request's arrival to its first
+  // token, and the tokens after the first over the time they took (the page's tokens/s).
+  std::vector<double> done_s(static_cast<size_t>(n), 0);
+  auto timings = [&] {
+    double first = INFINITY, last = 0;
+    int64_t out = 0;
+    for (size_t i = 0; i < streams.size(); ++i) {
+      if (streams[i]->first_token_seconds >= 0) first = std::min(first, streams[i]->first_token_seconds.load());
+      last = std::max(last, done_s[i]);
+      out += streams[i]->completion_tokens;
+    }
+    const bool any = std::isfinite(first);
+    const double span = any ? last - first : 0;
+    return json{{"prompt_n", P},
+                {"predicted_n", out},
+                {"time_to_first_token_ms", any ? json(first * 1e3) : json()},
+                {"predicted_ms", any ? json(span * 1e3) : json()},
+                {"predicted_per_second", any && span > 0 && out > n ? json((out - n) / span) : json()}};
   };
   auto cancel_all = [&] {
     for (auto& s : streams) s->cancel();
@@ -696,6 +770,7 @@ void Api::completions(const HttpRequest& req, HttpResponse& res, bool chat) {
         } else {
           finished[i] = true;
           ++done;
+          done_s[i] = std::chrono::duration<double>(std::chrono::steady_clock::now() - streams[i]->submitted).count();
           if (e.kind == Stream::Event::Kind::Error) {
             if (error.empty()) error = e.finish_reason;
           } else {
@@ -720,7 +795,8 @@ void Api::completions(const HttpRequest& req, HttpResponse& res, bool chat) {
            {"created", created},
            {"model", options_.model_id},
            {"choices", json::array()},
-           {"usage", usage()}});
+           {"usage", usage()},
+           {"timings", timings()}});
     }
     res.write("data: [DONE]\n\n");
     res.end_stream();
@@ -747,11 +823,102 @@ void Api::completions(const HttpRequest& req, HttpResponse& res, bool chat) {
                  {"created", created},
                  {"model", options_.model_id},
                  {"choices", choices},
-                 {"usage", usage()}}));
+                 {"usage", usage()},
+                 {"timings", timings()}}));
+}
+
+json Api::model_attention(const json& body) {
+  constexpr int64_t kMaxTokens = 64;
+  const json* pr = field(body, "prompt");
+  if (!pr || !pr->is_string()) bad_request("'prompt' must be a string");
+  const std::vector<TokenId> ids = encode_for_model(tokenizer(), pr->get<std::string>());
+  const int64_t n = static_cast<int64_t>(ids.size());
+  const ModelConfig& c = engine().model().config();
+  if (n == 0) bad_request("the prompt has no tokens");
+  if (n > std::min(kMaxTokens, c.context_length))
+    bad_request(fmt::format("the prompt has {} tokens; the attention maps take at most {}", n,
+                            std::min(kMaxTokens, c.context_length)));
+  const int64_t layer = int_field(body, "layer", 0, 0, c.n_layers - 1);
+  std::vector<float> probs(static_cast<size_t>(c.n_layers * c.n_heads * n * n));
+  try {
+    engine().run_on_loop([&](Model& m) { m.attention_probabilities(probs.data(), ids.data(), n); });
+  } catch (const Error&) {
+    if (engine().stopping()) throw ApiError{503, "the server is shutting down", "server_shutting_down"};
+    throw;
+  }
+  json tokens = json::array(), heads = json::array();
+  for (TokenId id : ids)
+    tokens.push_back({{"id", id}, {"piece", tokenizer().decode(std::span<const TokenId>(&id, 1))}});
+  const int64_t group = c.n_heads / c.n_kv_heads;
+  for (int64_t h = 0; h < c.n_heads; ++h) {
+    json rows = json::array();
+    for (int64_t t = 0; t < n; ++t) {
+      const float* r = probs.data() + ((layer * c.n_heads + h) * n + t) * n;
+      rows.push_back(std::vector<float>(r, r + n));
+    }
+    heads.push_back({{"head", h}, {"kv_head", h / group}, {"weights", std::move(rows)}});
+  }
+  return {{"tokens", tokens}, {"n_layers", c.n_layers}, {"n_heads", c.n_heads}, {"n_kv_heads", c.n_kv_heads},
+          {"layer", layer},   {"kernel", "reference"},  {"heads", heads}};
+}
+
+json Api::run_curves() const {
+  if (options_.run_dir.empty())
+    throw ApiError{404, "no training run: start tformer serve with --run DIR (a folder tformer train writes)",
+                   "not_found_error"};
+  const std::string path = (std::filesystem::path(options_.run_dir) / "metrics.jsonl").string();
+  json out = {{"dir", options_.run_dir}, {"metrics", path}};
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) {
+    out["waiting"] = fmt::format("{} does not exist yet: the curves appear when tformer train writes it", path);
+    out["train"] = out["val"] = json::array();
+    return out;
+  }
+  // The trainer appends a record at a time: a last line without its newline is still being written.
+  std::string text = read_file(path);
+  text.resize(text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1);
+  LossCurves curves;
+  try {
+    curves = parse_loss_curves(text, path);
+  } catch (const Error& e) {
+    throw ApiError{500, e.what(), "server_error"};
+  }
+  json train = json::array(), val = json::array();
+  for (const auto& [x, y] : curves.train) train.push_back({x, y});
+  for (const auto& [x, y] : curves.val) val.push_back({x, y});
+  out["train"] = train;
+  out["val"] = val;
+  if (curves.train.empty() && curves.val.empty()) return out;
+  // The axes as `tformer plot` draws them: the steps, and the losses with 5% to spare.
+  double x_lo = INFINITY, x_hi = -INFINITY, y_lo = INFINITY, y_hi = -INFINITY;
+  for (const auto* series : {&curves.train, &curves.val})
+    for (const auto& [x, y] : *series) {
+      x_lo = std::min(x_lo, x);
+      x_hi = std::max(x_hi, x);
+      y_lo = std::min(y_lo, y);
+      y_hi = std::max(y_hi, y);
+    }
+  if (x_hi == x_lo) x_hi = x_lo + 1;
+  const double pad = y_hi > y_lo ? 0.05 * (y_hi - y_lo) : std::max(0.05, 0.05 * std::abs(y_hi));
+  y_lo -= pad;
+  y_hi += pad;
+  auto axis = [](const PlotAxis& a) {
+    return json{{"lo", a.lo}, {"hi", a.hi}, {"ticks", a.ticks}, {"labels", a.labels}};
+  };
+  out["x_axis"] = axis(plot_axis(x_lo, x_hi, 6, true));
+  out["y_axis"] = axis(plot_axis(y_lo, y_hi, 5, false));
+  // The last record's other numbers (learning rate, speed), as the trainer wrote them.
+  const size_t last = text.rfind('\n', text.size() >= 2 ? text.size() - 2 : 0);
+  try {
+    out["last"] = json::parse(text.substr(last == std::string::npos ? 0 : last + 1));
+  } catch (const json::exception&) {
+    out["last"] = json();
+  }
+  return out;
 }
 
 std::string Api::metrics_text() const {
-  const EngineMetrics m = engine_.metrics();
+  const EngineMetrics m = engine().metrics();
   std::string out;
   auto metric = [&](const char* name, const char* type, const char* help, double v) {
     out += fmt::format("# HELP {0} {1}\n# TYPE {0} {2}\n{0} {3}\n", name, help, type, v);

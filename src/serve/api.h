@@ -40,11 +40,15 @@ struct ApiOptions {
   std::string model_chat_template;  // the model file's own (Jinja) template, shown in /props only
   int64_t max_n = 8;                // largest `n`
   int64_t max_stops = 8;            // most stop strings
+  std::string run_dir;              // --run DIR: GET /run serves DIR/metrics.jsonl's curves
 };
 
 class Api {
  public:
   Api(Engine& engine, const Tokenizer& tokenizer, ApiOptions options);
+  // No model (`tformer serve --run DIR` alone): the page, its toy widgets and the run's curves; the
+  // model's endpoints answer 503 naming --model.
+  explicit Api(ApiOptions options);
   void handle(const HttpRequest& req, HttpResponse& res);
 
  private:
@@ -52,9 +56,16 @@ class Api {
   std::string metrics_text() const;
   // POST /widgets/NAME: the explorable page's toy widgets (serve/widgets.h, docs/serve.md).
   nlohmann::json widget(const std::string& name, const nlohmann::json& body) const;
+  // POST /widgets/model_attention: the loaded model's attention weights for a prompt.
+  nlohmann::json model_attention(const nlohmann::json& body);
+  // GET /run: the loss curves of --run DIR's metrics.jsonl, with the axes' ticks.
+  nlohmann::json run_curves() const;
+  // The engine, or a 503 that names --model when the server has none.
+  Engine& engine() const;
+  const Tokenizer& tokenizer() const;
 
-  Engine& engine_;
-  const Tokenizer& tokenizer_;
+  Engine* engine_ = nullptr;
+  const Tokenizer* tokenizer_ = nullptr;
   ApiOptions options_;
   std::atomic<uint64_t> next_id_{1}, http_requests_{0};
 };

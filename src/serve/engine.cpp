@@ -249,14 +249,34 @@ void Engine::retire(std::unique_ptr<Sequence>& sp, const std::string& reason) {
   sp.reset();
 }
 
+void Engine::run_on_loop(const std::function<void(Model&)>& f) {
+  std::packaged_task<void()> task([&] { f(model_); });
+  std::future<void> done = task.get_future();
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) throw Error(ErrorKind::Unsupported, "server", "the server is shutting down");
+    tasks_.push_back(std::move(task));
+  }
+  cv_.notify_all();
+  try {
+    done.get();
+  } catch (const std::future_error&) {
+    throw Error(ErrorKind::Unsupported, "server", "the server is shutting down");  // dropped unrun (broken promise)
+  }
+}
+
 void Engine::loop() {
+  std::deque<std::packaged_task<void()>> tasks;
   for (;;) {
     {
       std::unique_lock lock(mu_);
       auto idle = [&] { return std::none_of(slots_.begin(), slots_.end(), [](const auto& s) { return bool(s); }); };
-      cv_.wait(lock, [&] { return stopping_ || !queue_.empty() || !idle(); });
+      cv_.wait(lock, [&] { return stopping_ || !queue_.empty() || !tasks_.empty() || !idle(); });
       if (stopping_) break;
+      tasks.swap(tasks_);
     }
+    for (auto& t : tasks) t();  // an exception is kept in the task's future
+    tasks.clear();
     admit();
     try {
       step();
@@ -269,11 +289,13 @@ void Engine::loop() {
         }
     }
   }
-  // Shutting down: everything queued or running ends with an error event.
+  // Shutting down: everything queued or running ends with an error event; tasks never run (their
+  // futures report a broken promise).
   std::deque<Pending> left;
   {
     std::lock_guard lock(mu_);
     left.swap(queue_);
+    tasks_.clear();
     metrics_.failed += static_cast<uint64_t>(queued_sequences_);
     queued_sequences_ = 0;
   }

@@ -25,6 +25,8 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -133,6 +135,10 @@ class Engine {
   // prefill: the first sequence prefills, the others get copies of its cache slots and logits,
   // bit-identical to what their own prefill would have made. n > parallel is an Error naming both.
   std::vector<std::shared_ptr<Stream>> submit_samples(CompletionJob job, int64_t n);
+  // Runs f on the inference loop's thread, between two steps (the loop owns the model and its
+  // workspace: the web page's attention maps run here), and waits for it. f's exception is
+  // rethrown here; an Error when the engine is stopping or stops before f runs.
+  void run_on_loop(const std::function<void(Model&)>& f);
   // The inference loop, on the calling thread, until stop() (run_on_caller only).
   void run();
   // Ends the loop: every queued and running request gets an Error event ("the server is shutting
@@ -176,7 +182,8 @@ class Engine {
     std::vector<uint64_t> seeds;                // each sample's, kept when another leaves
   };
   std::deque<Pending> queue_;
-  int64_t queued_sequences_ = 0;  // sum of outs.size() over queue_
+  std::deque<std::packaged_task<void()>> tasks_;  // run_on_loop's
+  int64_t queued_sequences_ = 0;                  // sum of outs.size() over queue_
   bool stopping_ = false;
   EngineMetrics metrics_;
 
