@@ -5,7 +5,7 @@
 #   scripts/install-deps.sh              build, test and demo dependencies
 #   scripts/install-deps.sh --reference  also the outside tools that regenerate fixtures (PyTorch)
 #   scripts/install-deps.sh --lint       also clang-format and clang-tidy 14 (make lint)
-#   scripts/install-deps.sh --interop    also python3-sentencepiece (make test-interop)
+#   scripts/install-deps.sh --interop    also python3-sentencepiece and chromium (make test-interop)
 #   scripts/install-deps.sh --fuzz       also clang with libFuzzer and OpenMP (make fuzz)
 set -euo pipefail
 
@@ -30,7 +30,7 @@ for arg in "$@"; do
   case "$arg" in
     --reference) packages+=(python3 python3-torch python3-numpy python3-sentencepiece) ;;
     --lint) packages+=(clang-format-14 clang-tidy-14) ;;
-    --interop) packages+=(python3 python3-sentencepiece) ;;
+    --interop) packages+=(python3 python3-sentencepiece chromium) ;;  # chromium: the page's browser tests
     --fuzz) packages+=(clang libclang-rt-14-dev libomp-14-dev) ;;
     *) echo "install-deps: unknown option $arg" >&2; exit 2 ;;
   esac

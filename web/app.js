@@ -26,6 +26,7 @@ export function formatNumber(v, fmt) {
   return Number(v).toPrecision(d);
 }
 function num(v, fmt = "sig4", cls = "") {
+  if (v === null || v === undefined) return el("span", {class: "absent"}, "–");  // the response has no such value
   return el("span", {class: `num ${cls}`.trim(), "data-value": String(v), "data-fmt": fmt}, formatNumber(v, fmt));
 }
 function str(s, cls = "") { return el("span", {class: `str ${cls}`.trim()}, s); }
@@ -56,9 +57,9 @@ function tipAt(tip, ev, content) {
 function tokenTip(lp) {
   const t = el("table");
   lp.forEach((x) => {
-    t.append(el("tr", {}, el("td", {}, "chosen"), el("td", {}, str(JSON.stringify(x.token))), el("td", {}, num(x.logprob, "fixed3"))));
+    t.append(el("tr", {}, el("td", {}, "chosen"), el("td", {}, "“", str(x.token), "”"), el("td", {}, num(x.logprob, "fixed3"))));
     for (const [tok, l] of Object.entries(x.top))
-      t.append(el("tr", {}, el("td", {}, ""), el("td", {}, str(JSON.stringify(tok))), el("td", {}, num(l, "fixed3"))));
+      t.append(el("tr", {}, el("td", {}, ""), el("td", {}, "“", str(tok), "”"), el("td", {}, num(l, "fixed3"))));
   });
   return el("div", {}, el("div", {class: "note"}, "token · log-probability (top alternatives)"), t);
 }
@@ -174,8 +175,8 @@ function heatMap(weights, tokens, tip) {
     for (let j = 0; j < n; ++j) {
       const r = add("rect", {x: pad + j * cell, y: pad + i * cell, width: cell - 1, height: cell - 1,
                              fill: j > i ? "url(#hatch)" : heat(weights[i][j]), class: j > i ? "masked" : "cell"});
-      r.addEventListener("mouseenter", (ev) => tipAt(tip, ev, el("div", {}, "query ", str(JSON.stringify(tokens[i].piece)),
-        " reads key ", str(JSON.stringify(tokens[j].piece)), ": weight ", num(weights[i][j], "fixed4"), j > i ? " (masked)" : "")));
+      r.addEventListener("mouseenter", (ev) => tipAt(tip, ev, el("div", {}, "query “", str(tokens[i].piece),
+        "” reads key “", str(tokens[j].piece), "”: weight ", num(weights[i][j], "fixed4"), j > i ? " (masked)" : "")));
       r.addEventListener("mouseleave", () => (tip.hidden = true));
     }
   return svg;
@@ -206,15 +207,15 @@ async function specAttention() {
     const yes = (b) => el("span", {class: b ? "ok" : "bad"}, b ? "holds" : "fails");
     $("spec-att").replaceChildren(
       el("div", {class: "card"}, el("h4", {}, "Weights (full pass)"), matrix(j.full.weights, 0), el("div", {}, "outputs ", vecs(j.full.out))),
-      el("div", {class: "card"}, el("h4", {}, "The last row from the cache (offset 2)"), matrix(j.cached.weights, 2),
+      el("div", {class: "card"}, el("h4", {}, "The last row from the cache (offset ", num(j.cached.offset, "int"), ")"), matrix(j.cached.weights, j.cached.offset),
          el("div", {}, "output ", vecs(j.cached.out))),
       el("div", {class: "card", id: "spec-checks"}, el("h4", {}, "The three checks"),
-         el("p", {}, "1. the first row has one legal key: |out₀ − v₀| = ", num(j.first_row_error, "exp2")),
-         el("p", {}, "2. cached equals full: |cached − full₂| = ", num(j.cached_vs_full, "exp2")),
-         el("p", {}, "3. a changed future value (third value → (100,100)) leaves row one as it was: ", yes(j.earlier_row_immune),
+         el("p", {}, "The first row has one legal key: its output minus the first value, largest coordinate ", num(j.first_row_error, "exp2")),
+         el("p", {}, "Cached equals full: the cached row minus the full pass's last, largest coordinate ", num(j.cached_vs_full, "exp2")),
+         el("p", {}, "A changed future value (the third set to ", vecs([j.changed_value]), ") leaves row one as it was: ", yes(j.earlier_row_immune),
             el("br"), "row one before ", vecs([j.full.out[1]]), ", after ", vecs([j.changed.out[1]]))));
     const cards = [];
-    for (const [mask, title] of [["correct", "Correct: masked before the softmax"], ["score_zero", "Wrong: masked score replaced by 0"],
+    for (const [mask, title] of [["correct", "Correct: masked before the softmax"], ["score_zero", "Wrong: masked score replaced by zero"],
                                  ["zero_after_softmax", "Wrong: zeroed after the softmax"]]) {
       const w = await post("/widgets/attention", {...spec, mask});
       cards.push(el("div", {class: "card", "data-mask": mask}, el("h4", {}, title), matrix(w.weights, 0),
@@ -270,11 +271,11 @@ async function kvCache() {
     if ($("kv-tokens").value !== "") body.tokens = Number($("kv-tokens").value);
     if ($("kv-batch").value !== "") body.batch = Number($("kv-batch").value);
     const j = await post("/widgets/kv_cache", body);
-    const f = (kv, bytes) => el("p", {class: "eq big"}, "2 × ", num(j.layers, "int"), " layers × ", num(j.batch, "int"), " batch × ",
+    const f = (kv, bytes) => el("p", {class: "eq big"}, num(j.keys_and_values, "int"), " × ", num(j.layers, "int"), " layers × ", num(j.batch, "int"), " batch × ",
       num(kv, "int"), " KV heads × ", num(j.tokens, "int"), " tokens × ", num(j.head_dim, "int"), " head width × ",
-      num(j.bytes_per_entry, "int"), " bytes = ", num(bytes, "group"), " bytes");
+      num(j.bytes_per_entry, "int"), " bytes = ", num(bytes, "group", "payload"), " bytes");
     out.replaceChildren(el("h4", {}, "The model as loaded"), f(j.kv_heads, j.payload_bytes),
-      el("p", {}, "The engine holds ", num(j.engine_bytes, "group"), " bytes for its ", num(j.engine_slots, "int"), " slots of ",
+      el("p", {}, "The engine holds ", num(j.engine_bytes, "group", "engine-bytes"), " bytes for its ", num(j.engine_slots, "int"), " slots of ",
          num(j.engine_context, "int"), " tokens."),
       el("h4", {}, "With the KV heads chosen above (tformer convert --kv-heads)"), f(j.with_kv_heads, j.payload_bytes_with_kv_heads),
       el("h4", {}, "With one KV head per query head (plain multi-head attention)"), f(j.n_heads, j.payload_bytes_one_kv_head_per_query_head));
@@ -339,6 +340,7 @@ async function start() {
     for (let l = 0; l < c.n_layers; ++l) $("at-layer").append(el("option", {value: l}, `layer ${l}`));
     for (let h = 1; h <= c.n_heads; ++h) if (c.n_heads % h === 0) $("kv-heads").append(el("option", {value: h}, String(h)));
     $("kv-heads").value = String(c.n_kv_heads);
+    $("pg-max").value = String(Math.min(120, Math.max(1, props.context - 16)));  // an input's default
     $("kv-tokens").value = String(props.context); $("kv-batch").value = String(props.parallel);
     $("pg-go").onclick = generate;
     $("pg-stop").onclick = () => controller && controller.abort();

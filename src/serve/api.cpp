@@ -298,9 +298,13 @@ json Api::widget(const std::string& name, const json& body) const {
     if (const json* e = field(body, "example")) {
       if (!e->is_string() || e->get<std::string>() != "spec") bad_request("'example' must be \"spec\"");
       const widgets::SpecAttentionChecks c = widgets::spec_attention_example();
-      return {{"full", attention_json(c.full, 0)},       {"cached", attention_json(c.cached, 2)},
-              {"changed", attention_json(c.changed, 0)}, {"first_row_error", c.first_row_error},
-              {"cached_vs_full", c.cached_vs_full},      {"earlier_row_immune", c.earlier_row_immune}};
+      return {{"full", attention_json(c.full, 0)},
+              {"cached", attention_json(c.cached, 2)},
+              {"changed", attention_json(c.changed, 0)},
+              {"changed_value", {100.0, 100.0}},  // what the example sets the third value to (serve/widgets.h)
+                                                  // {"first_row_error", c.first_row_error},
+              {"cached_vs_full", c.cached_vs_full},
+              {"earlier_row_immune", c.earlier_row_immune}};
     }
     const auto q = vec2_list(body, "queries", kMaxRows), k = vec2_list(body, "keys", kMaxRows),
                v = vec2_list(body, "values", kMaxRows);
@@ -354,6 +358,7 @@ json Api::widget(const std::string& name, const json& body) const {
         {"payload_bytes_with_kv_heads",
          widgets::kv_cache_payload_bytes(c.n_layers, batch, kv, tokens, c.head_dim(), 4)},
         {"with_kv_heads", kv},
+        {"keys_and_values", 2},  // the formula's factor: a key and a value per entry
         {"layers", c.n_layers},
         {"n_heads", c.n_heads},
         {"kv_heads", c.n_kv_heads},
