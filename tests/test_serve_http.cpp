@@ -260,6 +260,8 @@ TEST_F(ServeHttpTest, WidgetEndpointsAnswerWithTheKernelsNumbers) {
   EXPECT_EQ(s["full"]["out"][0], json({2.0, 0.0}));
   EXPECT_EQ(s["earlier_row_immune"], true);
   EXPECT_LT(s["cached_vs_full"].get<double>(), 1e-12);
+  ASSERT_TRUE(s.contains("first_row_error")) << spec.body;
+  EXPECT_LT(s["first_row_error"].get<double>(), 1e-12);
   const widgets::SpecAttentionChecks direct = widgets::spec_attention_example();
   EXPECT_EQ(s["full"]["out"][2][1].get<double>(), direct.full.out[2][1]);
   // A wrong mask puts mass on a future key; the right one none.

@@ -301,8 +301,8 @@ json Api::widget(const std::string& name, const json& body) const {
       return {{"full", attention_json(c.full, 0)},
               {"cached", attention_json(c.cached, 2)},
               {"changed", attention_json(c.changed, 0)},
-              {"changed_value", {100.0, 100.0}},  // what the example sets the third value to (serve/widgets.h)
-                                                  // {"first_row_error", c.first_row_error},
+              {"changed_value", {100.0, 100.0}},  // the third value the example changes to (serve/widgets.h)
+              {"first_row_error", c.first_row_error},
               {"cached_vs_full", c.cached_vs_full},
               {"earlier_row_immune", c.earlier_row_immune}};
     }
