@@ -261,6 +261,8 @@ TEST_F(ServeHttpTest, WidgetEndpointsAnswerWithTheKernelsNumbers) {
   EXPECT_EQ(s["earlier_row_immune"], true);
   EXPECT_LT(s["cached_vs_full"].get<double>(), 1e-12);
   ASSERT_TRUE(s.contains("first_row_error")) << spec.body;
+  EXPECT_EQ(s["values"], json({{2.0, 0.0}, {0.0, 3.0}, {-1.0, 1.0}}));
+  EXPECT_EQ(s["changed_value"], json({100.0, 100.0}));
   EXPECT_LT(s["first_row_error"].get<double>(), 1e-12);
   const widgets::SpecAttentionChecks direct = widgets::spec_attention_example();
   EXPECT_EQ(s["full"]["out"][2][1].get<double>(), direct.full.out[2][1]);
@@ -412,6 +414,9 @@ TEST_F(ServeHttpTest, PageFilesAttentionMapsPiecesCurvesAndTimings) {
   EXPECT_TRUE(is_error(ask("POST", "/v1/completions", R"({"prompt":"a"})"), 503, {"--model"}));
   EXPECT_TRUE(is_error(ask("POST", "/widgets/kv_cache", "{}"), 503, {"--model"}));
   EXPECT_EQ(json::parse(ask("GET", "/props", "").body)["model"], json());
+  const Reply metrics = ask("GET", "/metrics", "");
+  EXPECT_EQ(metrics.status, 200);
+  EXPECT_NE(metrics.body.find("tformer_http_requests_total"), std::string::npos);
   s2.stop();
   t2.join();
   std::filesystem::remove_all(run);

@@ -3,6 +3,8 @@
 // that keeps the value (data-value) and how it is written (data-fmt); every string from a response
 // is placed by str(). The browser tests (tools/interop/web_page.mjs) check both against the
 // network traffic they capture. Nothing here computes a number that is shown.
+import {formatNumber} from "./format.js";
+
 const $ = (id) => document.getElementById(id);
 
 function el(tag, attrs = {}, ...kids) {
@@ -14,16 +16,6 @@ function el(tag, attrs = {}, ...kids) {
   }
   for (const k of kids) if (k !== null && k !== undefined) e.append(k instanceof Node ? k : document.createTextNode(k));
   return e;
-}
-// How a shown number is written: "int", "fixedN", "expN", "sigN" or "group" (thousands separated).
-export function formatNumber(v, fmt) {
-  if (v === null || v === undefined) return "–";
-  if (fmt === "int") return String(v);
-  if (fmt === "group") return Number(v).toLocaleString("en-US");
-  const d = Number(fmt.slice(fmt.search(/\d/)));
-  if (fmt.startsWith("fixed")) return Number(v).toFixed(d);
-  if (fmt.startsWith("exp")) return Number(v).toExponential(d);
-  return Number(v).toPrecision(d);
 }
 function num(v, fmt = "sig4", cls = "") {
   if (v === null || v === undefined) return el("span", {class: "absent"}, "–");  // the response has no such value
@@ -156,6 +148,7 @@ async function bpe() {
 }
 
 // ---- attention ----------------------------------------------------------------------------------
+let hatches = 0;  // each map's own pattern id
 function heatMap(weights, tokens, tip) {
   const n = tokens.length, pad = 60, cell = Math.min(22, Math.max(11, Math.floor(260 / n)));  // a size in pixels
   const ns = "http://www.w3.org/2000/svg";
@@ -164,8 +157,9 @@ function heatMap(weights, tokens, tip) {
   const add = (tag, a, text) => { const e = document.createElementNS(ns, tag); for (const k in a) e.setAttribute(k, a[k]);
                                   if (text !== undefined) e.textContent = text; svg.append(e); return e; };
   const defs = add("defs", {});
-  defs.innerHTML = '<pattern id="hatch" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)">' +
-                   '<rect width="6" height="6" fill="#f0f1f4"/><line x1="0" y1="0" x2="0" y2="6" stroke="#d3d7df" stroke-width="3"/></pattern>';
+  const hatch = `hatch${++hatches}`;
+  defs.innerHTML = `<pattern id="${hatch}" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)">' +
+                   '<rect width="6" height="6" fill="#f0f1f4"/><line x1="0" y1="0" x2="0" y2="6" stroke="#d3d7df" stroke-width="3"/></pattern>`;
   tokens.forEach((t, i) => {
     add("text", {x: pad - 4, y: pad + i * cell + cell * 0.68, "text-anchor": "end", "font-size": 11, "font-family": "monospace", class: "str"}, t.piece);
     add("text", {x: 0, y: 0, transform: `translate(${pad + i * cell + cell * 0.68},${pad - 4}) rotate(-60)`, "font-size": 11,
@@ -174,7 +168,7 @@ function heatMap(weights, tokens, tip) {
   for (let i = 0; i < n; ++i)
     for (let j = 0; j < n; ++j) {
       const r = add("rect", {x: pad + j * cell, y: pad + i * cell, width: cell - 1, height: cell - 1,
-                             fill: j > i ? "url(#hatch)" : heat(weights[i][j]), class: j > i ? "masked" : "cell"});
+                             fill: j > i ? `url(#${hatch})` : heat(weights[i][j]), class: j > i ? "masked" : "cell"});
       r.addEventListener("mouseenter", (ev) => tipAt(tip, ev, el("div", {}, "query “", str(tokens[i].piece),
         "” reads key “", str(tokens[j].piece), "”: weight ", num(weights[i][j], "fixed4"), j > i ? " (masked)" : "")));
       r.addEventListener("mouseleave", () => (tip.hidden = true));
@@ -200,7 +194,6 @@ function matrix(w, offset, leakCheck) {
   return t;
 }
 function vecs(rows) { return el("span", {class: "eq"}, ...rows.flatMap((r, i) => [i ? ", " : "", "(", num(r[0], "sig4"), ", ", num(r[1], "sig4"), ")"])); }
-const spec = {queries: [[1, 0], [0, 1], [1, 1]], keys: [[1, 0], [0, 1], [1, 1]], values: [[2, 0], [0, 3], [-1, 1]]};
 async function specAttention() {
   try {
     const j = await post("/widgets/attention", {example: "spec"});
@@ -217,7 +210,7 @@ async function specAttention() {
     const cards = [];
     for (const [mask, title] of [["correct", "Correct: masked before the softmax"], ["score_zero", "Wrong: masked score replaced by zero"],
                                  ["zero_after_softmax", "Wrong: zeroed after the softmax"]]) {
-      const w = await post("/widgets/attention", {...spec, mask});
+      const w = await post("/widgets/attention", {queries: j.queries, keys: j.queries, values: j.values, mask});
       cards.push(el("div", {class: "card", "data-mask": mask}, el("h4", {}, title), matrix(w.weights, 0),
         el("table", {class: "t"}, el("tr", {}, el("th", {class: "n"}, "row sum"), el("th", {class: "n"}, "mass on future keys")),
            ...w.row_sums.map((s, i) => el("tr", {}, el("td", {class: "n"}, num(s, "fixed4")),

@@ -275,9 +275,13 @@ std::vector<widgets::Vec2> vec2_list(const json& body, const char* name, size_t 
 }
 // The outputs and weights, with each row's sum and the weight it puts on keys past its position
 // (q_offset + row): 1 and 0 under the causal rule; not so under the two wrong masks.
+json vec2_json(const std::vector<widgets::Vec2>& rows) {
+  json out = json::array();
+  for (const auto& v : rows) out.push_back({v[0], v[1]});
+  return out;
+}
 json attention_json(const widgets::ToyAttention& a, int64_t q_offset) {
-  json out = json::array(), sums = json::array(), future = json::array();
-  for (const auto& v : a.out) out.push_back({v[0], v[1]});
+  json out = vec2_json(a.out), sums = json::array(), future = json::array();
   for (size_t i = 0; i < a.weights.size(); ++i) {
     double sum = 0, ahead = 0;
     for (size_t j = 0; j < a.weights[i].size(); ++j) {
@@ -301,7 +305,9 @@ json Api::widget(const std::string& name, const json& body) const {
       return {{"full", attention_json(c.full, 0)},
               {"cached", attention_json(c.cached, 2)},
               {"changed", attention_json(c.changed, 0)},
-              {"changed_value", {100.0, 100.0}},  // the third value the example changes to (serve/widgets.h)
+              {"queries", vec2_json(c.queries)},
+              {"values", vec2_json(c.values)},
+              {"changed_value", {c.changed_value[0], c.changed_value[1]}},
               {"first_row_error", c.first_row_error},
               {"cached_vs_full", c.cached_vs_full},
               {"earlier_row_immune", c.earlier_row_immune}};
@@ -923,7 +929,6 @@ json Api::run_curves() const {
 }
 
 std::string Api::metrics_text() const {
-  const EngineMetrics m = engine().metrics();
   std::string out;
   auto metric = [&](const char* name, const char* type, const char* help, double v) {
     out += fmt::format("# HELP {0} {1}\n# TYPE {0} {2}\n{0} {3}\n", name, help, type, v);
@@ -938,6 +943,8 @@ std::string Api::metrics_text() const {
     out += fmt::format("{0}_bucket{{le=\"+Inf\"}} {1}\n{0}_sum {2}\n{0}_count {3}\n", name, h.count, h.sum, h.count);
   };
   metric("tformer_http_requests_total", "counter", "HTTP requests received.", static_cast<double>(http_requests_));
+  if (!engine_) return out;  // the page alone (--run without --model): no engine to count
+  const EngineMetrics m = engine_->metrics();
   metric("tformer_requests_total", "counter", "Completion sequences accepted (n counts each sample).",
          static_cast<double>(m.requests));
   metric("tformer_requests_finished_total", "counter", "Sequences that ended with their tokens.",

@@ -97,9 +97,12 @@ SpecAttentionChecks spec_attention_example() {
   const std::vector<Vec2> queries{{1, 0}, {0, 1}, {1, 1}};
   std::vector<Vec2> values{{2, 0}, {0, 3}, {-1, 1}};
   SpecAttentionChecks c;
+  c.queries = queries;
+  c.values = values;
+  c.changed_value = {100, 100};
   c.full = toy_attention(queries, queries, values, 0);
   c.cached = toy_attention({queries.back()}, queries, values, 2);
-  values.back() = {100, 100};
+  values.back() = c.changed_value;
   c.changed = toy_attention(queries, queries, values, 0);
   for (int f = 0; f < 2; ++f) {
     c.first_row_error = std::max(c.first_row_error, std::fabs(c.full.out[0][f] - (f == 0 ? 2.0 : 0.0)));

@@ -37,6 +37,8 @@ ToyAttention toy_attention(const std::vector<Vec2>& queries, const std::vector<V
 // computed alone from the cache (offset 2) equals the full pass's; a changed future value
 // ({100,100} for the third) leaves row one as it was.
 struct SpecAttentionChecks {
+  std::vector<Vec2> queries, values;  // the example's inputs (the keys are the queries)
+  Vec2 changed_value{};               // what the third value becomes for `changed`
   ToyAttention full, cached, changed;
   double first_row_error = 0;       // |full.out[0] - values[0]|, largest coordinate
   double cached_vs_full = 0;        // |cached.out[0] - full.out[2]|, largest coordinate
