@@ -106,10 +106,11 @@ lint: configure
 	@bash scripts/install-deps.sh --lint
 	@bash scripts/lint.sh $(BUILD) $(JOBS)
 
-# Everything CI runs (.ci/run: format, test, test-interop, test-tsan, fuzz, demo) plus the slow
-# checks it leaves out: clang-tidy on every translation unit, every test under ASan and UBSan,
-# every test on the portable build, the 50-kill loop.
-ci-full: lint test-sanitize test-tsan test-portable test-long
+# Everything CI runs (.ci/run: format, test, the portable kernel tests, test-tsan, a 5 s fuzz run
+# per target, test-interop with the web page in headless Chromium, the demo) plus the slow checks
+# it leaves out: clang-tidy on every translation unit, every test under ASan and UBSan, every test
+# on the portable build, the 50-kill loop, and every fuzz target for 15 s.
+ci-full: lint test-sanitize test-portable test-long
 	@FUZZ_SECONDS=15 $(MAKE) --no-print-directory fuzz
 	@bash .ci/run
 

@@ -279,6 +279,11 @@ TEST_F(ServeHttpTest, WidgetEndpointsAnswerWithTheKernelsNumbers) {
       json::parse(post("/widgets/rope", {{"q", {1, 2}}, {"k", {3, -1}}, {"m", 13}, {"n", 17}, {"theta", 0.3}}).body);
   EXPECT_NEAR(r1["rotated"].get<double>(), r1["relative"].get<double>(), 1e-12);
   EXPECT_NEAR(r1["rotated"].get<double>(), r2["rotated"].get<double>(), 1e-12);
+  // A shift below position zero (the page's shift box takes any integer) is answered, not refused.
+  const json r3 =
+      json::parse(post("/widgets/rope", {{"q", {1, 2}}, {"k", {3, -1}}, {"m", -7}, {"n", -3}, {"theta", 0.3}}).body);
+  EXPECT_EQ(r3["m"].get<int64_t>(), -7);
+  EXPECT_NEAR(r3["rotated"].get<double>(), r1["rotated"].get<double>(), 1e-12);
   // LayerNorm: the shift cancels.
   const json ln = json::parse(post("/widgets/layernorm", {{"x", {1, 2, 4, 7}}, {"shift", 10}, {"scale", 3}}).body);
   EXPECT_LT(ln["shift_error"].get<double>(), 1e-12);

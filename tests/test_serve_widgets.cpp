@@ -80,6 +80,20 @@ TEST(Widgets, RopeScoreDependsOnlyOnTheGap) {
   EXPECT_ERROR(rope_scores(q, k, 0, 1, 1.5), ErrorKind::BadInput, "theta");
 }
 
+TEST(Widgets, RopeTurnsNegativePositionsTheOtherWay) {
+  // A shift that takes a position below zero is still a shift: R(-2 x 0.3) q . R(2 x 0.3) k is the
+  // gap-4 score above, and each vector alone turns by a negative angle (by hand, theta = 1: q at
+  // -1 against k = (1, 0) at 0 is q . R(1) k = cos 1 + 2 sin 1).
+  const Vec2 q{1, 2}, k{3, -1};
+  const RopeScores r = rope_scores(q, k, -2, 2, 0.3);
+  EXPECT_NEAR(r.rotated, std::cos(1.2) + 7 * std::sin(1.2), 1e-12);
+  EXPECT_NEAR(r.relative, r.rotated, 1e-12);
+  const RopeScores one = rope_scores(q, {1, 0}, -1, 0, 1.0);
+  EXPECT_NEAR(one.rotated, std::cos(1.0) + 2 * std::sin(1.0), 1e-12);
+  EXPECT_NEAR(rope_scores(q, k, -13, -9, 0.3).rotated, r.rotated, 1e-12);
+  EXPECT_ERROR(rope_scores(q, k, -(int64_t{1} << 41), 0, 0.3), ErrorKind::BadInput, "position");
+}
+
 TEST(Widgets, LayerNormShiftCancelsScaleCancelsButForEps) {
   // x = 1, 2, 4, 7: mean 3.5, biased variance 21 / 4.
   const std::vector<double> x{1, 2, 4, 7};

@@ -115,9 +115,19 @@ async function tokenize() {
     const j = await post("/tokenize", {content: $("tk-text").value, with_pieces: true});
     $("tk-counts").replaceChildren(num(j.n_chars, "int"), " characters · ", num(j.n_bytes, "int"), " bytes · ",
                                    num(j.n_tokens, "int"), " tokens");
-    $("tk-out").replaceChildren(...j.tokens.map((t, i) => el("span", {class: "chip", style: `background:${chipColours[i % 6]}`},
-                                                             str(t.piece), el("span", {class: "id"}, num(t.id, "int")))));
+    $("tk-out").replaceChildren(...j.tokens.map((t, i) => el("span", {class: `chip ${chipClass(t)}`.trim(), style: `background:${chipColours[i % 6]}`},
+                                                             chipText(t), el("span", {class: "id"}, num(t.id, "int")))));
   } catch (e) { fail($("tk-out"), e); }
+}
+
+// A piece that is not whole UTF-8 characters (one byte of a character the tokenizer splits) arrives
+// with U+FFFD in its text: show its bytes instead, from the response's "bytes". Whitespace pieces
+// get a class whose CSS marks them, so that a space is not an empty chip.
+const partial = (t) => t.piece.includes("\uFFFD") && t.bytes.length > 0;
+function chipClass(t) { return partial(t) ? "bytes" : /^\s+$/.test(t.piece) ? (t.piece.includes("\n") ? "ws nl" : "ws") : ""; }
+function chipText(t) {
+  if (!partial(t)) return str(t.piece);
+  return el("span", {class: "byte-list"}, ...t.bytes.flatMap((b, i) => [i ? " " : "", num(b, "hex2")]));
 }
 
 let bpeSteps = 0;
@@ -150,7 +160,9 @@ async function bpe() {
 // ---- attention ----------------------------------------------------------------------------------
 let hatches = 0;  // each map's own pattern id
 function heatMap(weights, tokens, tip) {
-  const n = tokens.length, pad = 60, cell = Math.min(22, Math.max(11, Math.floor(260 / n)));  // a size in pixels
+  // Sizes in pixels: three maps to a row while they fit; a long prompt's maps grow to one per row
+  // rather than shrink below 14 px a cell.
+  const n = tokens.length, pad = 60, cell = Math.min(22, Math.max(14, Math.floor(260 / n)));
   const ns = "http://www.w3.org/2000/svg";
   const svg = document.createElementNS(ns, "svg");
   svg.setAttribute("width", pad + n * cell + 4); svg.setAttribute("height", pad + n * cell + 4);

@@ -327,7 +327,10 @@ json Api::widget(const std::string& name, const json& body) const {
     return attention_json(widgets::toy_attention(q, k, v, offset, r), offset);
   }
   if (name == "rope") {
-    const int64_t m = int_field(body, "m", 0, 0, int64_t{1} << 20), n = int_field(body, "n", 0, 0, int64_t{1} << 20);
+    // Any integer positions: a model's are >= 0, but the identity holds for every rotation, and a
+    // shift that takes a position below zero is still a shift of both.
+    const int64_t m = int_field(body, "m", 0, -(int64_t{1} << 20), int64_t{1} << 20),
+                  n = int_field(body, "n", 0, -(int64_t{1} << 20), int64_t{1} << 20);
     const double theta = number_field(body, "theta", 0.5, 0, 1, true);
     const widgets::RopeScores r = widgets::rope_scores(vec2(body, "q"), vec2(body, "k"), m, n, theta);
     return {{"rotated", r.rotated}, {"relative", r.relative}, {"m", m}, {"n", n}, {"theta", theta}};

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <map>
 #include <tuple>
 #include <utility>
@@ -26,7 +27,8 @@ double dot(const Vec2& a, const Vec2& b) { return a[0] * b[0] + a[1] * b[1]; }
 
 // x rotated by position * theta through rope_forward: the pair of a rotary head whose angle per
 // position is theta (theta_i = base^(-2i / head_dim): pair 0 of a 2-wide head turns by 1, pair 1 of
-// a 4-wide head with base theta^-2 by theta).
+// a 4-wide head with base theta^-2 by theta). A negative position turns the other way: rope_backward
+// by -position, which is R(-angle), so the identity can be shown for any shift of both positions.
 Vec2 rotate(const Vec2& x, int64_t position, double theta) {
   const bool first = theta == 1.0;
   const RopeParams p{first ? 2 : 4, first ? 10000.0 : std::pow(theta, -2.0), RopePairing::Adjacent};
@@ -34,7 +36,12 @@ Vec2 rotate(const Vec2& x, int64_t position, double theta) {
   const int at = first ? 0 : 2;
   v[at] = x[0];
   v[at + 1] = x[1];
-  rope_forward<double>(v, &position, 1, 1, p.head_dim, p);
+  if (position >= 0) {
+    rope_forward<double>(v, &position, 1, 1, p.head_dim, p);
+  } else {
+    const int64_t back = -position;
+    rope_backward<double>(v, &back, 1, 1, p.head_dim, p);
+  }
   return {v[at], v[at + 1]};
 }
 
@@ -115,7 +122,9 @@ SpecAttentionChecks spec_attention_example() {
 RopeScores rope_scores(const Vec2& q, const Vec2& k, int64_t m, int64_t n, double theta) {
   if (!(theta > 0 && theta <= 1))
     fail_input("theta", "RoPE widget: theta is {}; it must be in (0, 1] radians per position", theta);
-  if (m < 0 || n < 0) fail_input("position", "RoPE widget: positions {} and {} must be >= 0", m, n);
+  constexpr int64_t kMaxPosition = int64_t{1} << 40;  // far past any context; keeps n - m exact
+  if (std::llabs(m) > kMaxPosition || std::llabs(n) > kMaxPosition)
+    fail_input("position", "RoPE widget: positions {} and {} must be within +-{}", m, n, kMaxPosition);
   RopeScores r;
   r.rotated = dot(rotate(q, m, theta), rotate(k, n, theta));
   // q . R(d theta) k with d = n - m; for d < 0, (R(-d theta) q) . k, the same number.

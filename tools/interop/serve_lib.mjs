@@ -14,7 +14,7 @@ export function startServer(tformer, args) {
     let out = "";
     child.stdout.on("data", (d) => {
       out += d;
-      const m = out.match(/on (http:\/\/[^ ]+) /);
+      const m = out.match(/on (http:\/\/\S+)\s/);
       if (m) resolve(m[1]);
     });
     child.on("exit", (code) => reject(new Error(`serve exited ${code} before it was ready: ${stderr}`)));

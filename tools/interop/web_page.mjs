@@ -1,5 +1,6 @@
 // The explorable page in Debian's Chromium, driven headless by playwright-core (make test-interop).
-// A small model is trained for 60 steps (evaluated every 20, so that its run has curves), served
+// A small model is trained for 60 steps (on text with a few accented letters, whose bytes its
+// character tokenizer splits), evaluated every 20 (so that its run has curves), served
 // with --model and --run, and every section of the page is clicked through:
 //   - BPE: after the fifth Step, the fifth merge shown equals the fifth line of
 //     `tformer bpe learn --trace` on the same corpus;
@@ -7,8 +8,19 @@
 //     sides agree; changing the gap changes the score;
 //   - attention: a heat map per head with n x n cells, the n(n-1)/2 above the diagonal masked;
 //     section 07's three checks shown as holding; the score-zero mask puts mass on a future key;
-//   - playground: a streamed completion with tokens/s; tokenizer: one chip per token; KV cache:
-//     the formula's bytes equal the engine's; training: one curve point per record;
+//   - attention, another layer: the maps redrawn are that layer's, each cell coloured from a direct
+//     POST of the same request; section 07's first two checks hold to 1e-12 and the cached row
+//     equals the full pass's last; the weights zeroed after the softmax leave rows summing below one;
+//   - LayerNorm: every row against an independent computation here (to 1e-12), the shift cancelling,
+//     the scale cancelling but for eps, and eps mattering on the small-variance input;
+//   - RoPE with a shift that takes both positions below zero;
+//   - playground: a streamed completion with tokens/s, its text equal to `tformer generate`'s with
+//     the same seed and sampling; tokenizer: one chip per token, the bytes of a split character
+//     shown as bytes; KV cache: the formula's bytes equal the engine's, and follow the KV-heads
+//     choice; training: one curve point per record, and a record appended to metrics.jsonl is drawn
+//     within the page's redraw interval;
+//   - the page of `tformer serve --run DIR` alone: the toy widgets and the curves work, the model's
+//     sections say what is needed;
 //   - provenance: the page's network traffic is captured, and every number the page shows (each
 //     <span class="num">) is a value of some response, written as its data-fmt says; every string
 //     (class "str") is a string of some response; and no digit appears in an output outside them.
@@ -31,6 +43,10 @@ const shots = flag("--screenshots", "");
 const root = path.resolve(path.dirname(new URL(import.meta.url).pathname), "../..");
 const work = fs.mkdtempSync(path.join(os.tmpdir(), "tformer-web-"));
 let failures = 0, checks = 0;
+// A step that never ends fails the run, naming the step, instead of hanging CI.
+let phase = "start";
+const step = (name) => { phase = name; if (process.env.WEB_PAGE_VERBOSE) console.log(`.. ${name}`); };
+setTimeout(() => { console.log(`FAIL web page: no progress for 240 s, in step "${phase}"`); process.exit(1); }, 240000).unref();
 const check = (ok, msg) => {
   checks++;
   if (!ok) {
@@ -48,7 +64,12 @@ const cfg = path.join(work, "cfg.json");
 fs.writeFileSync(cfg, JSON.stringify({context_length: 64, d_model: 48, n_layers: 2, n_heads: 4, n_kv_heads: 2,
                                       positions: "rope"}));
 const runDir = path.join(work, "run");
-run(["train", "--data", path.join(root, "tests/fixtures/tinyshakespeare_100k.txt"), "--config", cfg, "--out", runDir,
+// The corpus with a line of accented words, so that the character tokenizer (the data's own bytes)
+// holds the two bytes of "é", and splits it.
+const data = path.join(work, "data.txt");
+fs.writeFileSync(data, fs.readFileSync(path.join(root, "tests/fixtures/tinyshakespeare_100k.txt"), "utf8") +
+                 "\nA café, a résumé, and a naïve rosé.\n");
+run(["train", "--data", data, "--config", cfg, "--out", runDir,
      "--steps", "60", "--batch", "8", "--warmup", "10", "--eval-every", "20", "--eval-steps", "2", "--log-every", "1000",
      "--lr", "0.003"]);
 const server = startServer(tformer, ["--model", path.join(runDir, "model.safetensors"), "--run", runDir, "--port", "0"]);
@@ -86,6 +107,7 @@ try {
   await page.waitForSelector("#tr-svg");
   await page.waitForSelector("#kv-out p");
 
+  step("bpe");
   // BPE: five Steps; the fifth merge equals the learner's fifth, as `bpe learn --trace` prints it.
   for (let i = 1; i <= 5; ++i) {
     await page.click("#bpe-step");
@@ -100,6 +122,7 @@ try {
   check(m !== null, `trace line 5: ${trace[4]}`);
   if (m) check(fifth === `${m[1]} ${m[2]} + ${m[3]} → ${m[4]} ${m[5]} ${m[6]}`, `fifth step shown "${fifth}" vs "${trace[4]}"`);
 
+  step("rope");
   // RoPE: both sides, and a shift of both positions, agree to 1e-12; a changed gap does not.
   const rope = await page.$$eval("#rp-out .rope-row", (rows) =>
     rows.map((r) => [...r.querySelectorAll(".num")].map((e) => Number(e.dataset.value))));
@@ -108,6 +131,7 @@ try {
   check(Math.abs(rope[0][2] - rope[1][2]) < 1e-12, `RoPE shift: ${rope[0][2]} vs ${rope[1][2]}`);
   check(Math.abs(rope[0][2] - rope[2][2]) > 1e-6, "RoPE: a changed gap changes the score");
 
+  step("attention");
   // Attention: heat maps with the causal mask; the spec's checks; the leak of the wrong mask.
   const maps = await page.$$eval("#at-maps svg", (svgs) =>
     svgs.map((s) => [s.querySelectorAll("rect.cell").length, s.querySelectorAll("rect.masked").length]));
@@ -120,6 +144,7 @@ try {
   check(leak.length > 0 && leak.every((v) => v > 0), `the score-zero mask leaks: ${leak}`);
   check((await page.locator("#wrong-att [data-mask=correct] td.leak").count()) === 0, "the correct mask leaks nothing");
 
+  step("kv");
   // KV cache: the formula equals the engine's bytes; training: a point per record.
   const payload = await page.$eval("#kv-out .payload", (x) => Number(x.dataset.value));
   const held = await page.$eval("#kv-out .engine-bytes", (x) => Number(x.dataset.value));
@@ -128,14 +153,146 @@ try {
   const points = await page.$eval("#tr-svg .curve-val", (p) => p.getAttribute("points").trim().split(/\s+/).length);
   check(points === records, `validation points ${points} = records ${records}`);
 
-  // Playground: a streamed completion.
+  step("section 07");
+  // Section 07's first two checks, the cached row, and the row sums of the wrong masks.
+  const specChecks = await page.$$eval("#spec-checks p .num", (e) => e.map((x) => Number(x.dataset.value)));
+  check(specChecks.length >= 2 && specChecks[0] < 1e-12 && specChecks[1] < 1e-12,
+        `section 07: first row = first value, cached = full (${specChecks.slice(0, 2)})`);
+  const specMats = await page.$$eval("#spec-att table.mat", (ts) =>
+    ts.map((t) => [...t.querySelectorAll("tr")].map((r) => [...r.querySelectorAll(".num")].map((x) => Number(x.dataset.value)))));
+  check(specMats.length === 2 && JSON.stringify(specMats[1][0]) === JSON.stringify(specMats[0][2]),
+        `the cached row ${JSON.stringify(specMats[1])} equals the full pass's last ${JSON.stringify(specMats[0] && specMats[0][2])}`);
+  const sums = async (mask) => page.$$eval(`#wrong-att [data-mask=${mask}] table.t tr`, (rows) =>
+    rows.slice(1).map((r) => Number(r.querySelector(".num").dataset.value)));
+  const okSums = await sums("correct"), zeroSums = await sums("zero_after_softmax");
+  check(okSums.length === 3 && okSums.every((v) => Math.abs(v - 1) < 1e-12), `correct mask: rows sum to one (${okSums})`);
+  check(zeroSums.length === 3 && zeroSums[0] < 0.999 && zeroSums[1] < 0.999 && Math.abs(zeroSums[2] - 1) < 1e-12,
+        `zeroed after the softmax: the first rows sum below one, the last to one (${zeroSums})`);
+
+  step("layer");
+  // Another layer: the maps are redrawn from that layer's weights (each cell's colour from a direct
+  // request of the same prompt and layer).
+  const heat = (p) => `rgba(220, 80, 30, ${Math.max(0, Math.min(1, p)).toFixed(3)})`;
+  const prompt0 = await page.inputValue("#at-prompt");
+  const direct = async (layer) => (await fetch(url + "/widgets/model_attention", {method: "POST",
+    headers: {"Content-Type": "application/json"}, body: JSON.stringify({prompt: prompt0, layer})})).json();
+  const fills = () => page.$$eval("#at-maps svg", (svgs) => svgs.map((s) => [...s.querySelectorAll("rect.cell")].map((r) => r.getAttribute("fill"))));
+  const want = (j) => j.heads.map((h) => h.weights.flatMap((row, i) => row.slice(0, i + 1).map(heat)));
+  const [layer0, layer1] = [await direct(0), await direct(1)];
+  check(JSON.stringify(await fills()) === JSON.stringify(want(layer0)), "layer 0's maps are drawn from its weights");
+  await page.selectOption("#at-layer", "1");
+  await page.waitForFunction((w) => JSON.stringify([...document.querySelectorAll("#at-maps svg")].map((s) =>
+    [...s.querySelectorAll("rect.cell")].map((r) => r.getAttribute("fill")))) === w, JSON.stringify(want(layer1)), {timeout: 10000})
+    .then(() => check(true, ""), () => check(false, "after choosing layer 1 the maps are layer 1's weights"));
+  check(JSON.stringify(want(layer0)) !== JSON.stringify(want(layer1)), "the two layers' maps differ");
+
+  step("kv heads");
+  // The KV-heads choice: the second formula follows it, and its factors multiply to its bytes.
+  const formula = (k) => page.$$eval("#kv-out p.eq.big", (ps, k) => [...ps[k].querySelectorAll(".num")].map((x) => Number(x.dataset.value)), k);
+  await page.selectOption("#kv-heads", "1");
+  await page.waitForFunction(() => document.querySelectorAll("#kv-out p.eq.big")[1]?.querySelectorAll(".num")[3]?.dataset.value === "1",
+                             null, {timeout: 10000}).catch(() => {});
+  const [asLoaded, chosen] = [await formula(0), await formula(1)];
+  const product = (f) => f.slice(0, -1).reduce((a, b) => a * b, 1);
+  check(chosen[3] === 1 && product(chosen) === chosen[chosen.length - 1], `one KV head: ${chosen}`);
+  check(asLoaded[3] === 2 && chosen[chosen.length - 1] * 2 === asLoaded[asLoaded.length - 1],
+        `one KV head holds half of two's bytes: ${chosen} vs ${asLoaded}`);
+
+  step("layernorm");
+  // LayerNorm: each row against a computation here, then the small-variance input.
+  const lnRef = (x, eps) => {
+    const m = x.reduce((a, b) => a + b, 0) / x.length;
+    const v = x.reduce((a, b) => a + (b - m) * (b - m), 0) / x.length;
+    return x.map((e) => (e - m) / Math.sqrt(v + eps));
+  };
+  const lnShown = () => page.$$eval("#ln-out table.t tr", (rows) => rows.map((r) => [...r.querySelectorAll(".num")].map((x) => Number(x.dataset.value))));
+  const lnStats = () => page.$$eval("#ln-out p .num", (e) => e.map((x) => Number(x.dataset.value)));
+  const maxDiff = (a, b) => Math.max(...a.map((v, i) => Math.abs(v - b[i])));
+  const lnCheck = async (label) => {
+    const [x, y, shifted, scaled, affine] = await lnShown();
+    const [shiftErr, scaleErr, affMean, affVar] = await lnStats();
+    const eps = Number(await page.inputValue("#ln-eps")), c = Number(await page.inputValue("#ln-shift"));
+    const a = Number(await page.inputValue("#ln-scale"));
+    const gain = (await page.inputValue("#ln-gain")).split(",").map(Number), bias = (await page.inputValue("#ln-bias")).split(",").map(Number);
+    const ref = lnRef(x, eps), refScaled = lnRef(x.map((e) => a * e), eps);
+    const refAffine = ref.map((e, i) => gain[i] * e + bias[i]);
+    check(maxDiff(y, ref) < 1e-12, `${label}: LayerNorm(x) ${y} vs ${ref}`);
+    check(maxDiff(shifted, lnRef(x.map((e) => e + c), eps)) < 1e-9, `${label}: LayerNorm(x + c) ${shifted}`);
+    check(maxDiff(scaled, refScaled) < 1e-12, `${label}: LayerNorm(a x) ${scaled} vs ${refScaled}`);
+    check(maxDiff(affine, refAffine) < 1e-12, `${label}: gain and bias ${affine} vs ${refAffine}`);
+    check(Math.abs(scaleErr - maxDiff(scaled, y)) < 1e-15, `${label}: the scale's change ${scaleErr} is the rows' largest difference`);
+    const m = refAffine.reduce((s, e) => s + e, 0) / refAffine.length;
+    check(Math.abs(affMean - m) < 1e-12 && Math.abs(affVar - refAffine.reduce((s, e) => s + (e - m) * (e - m), 0) / refAffine.length) < 1e-12,
+          `${label}: gain and bias give mean ${affMean}, variance ${affVar}`);
+    check(Math.abs(affMean) > 0.01 || Math.abs(affVar - 1) > 0.01, `${label}: gain and bias move the distribution`);
+    return {shiftErr, scaleErr};
+  };
+  const lnDefault = await lnCheck("default input");
+  check(lnDefault.shiftErr < 1e-12, `adding a constant cancels: ${lnDefault.shiftErr}`);
+  check(lnDefault.scaleErr > 0 && lnDefault.scaleErr < 1e-5, `scaling cancels but for eps: ${lnDefault.scaleErr}`);
+  await page.click("#ln-small");
+  await page.waitForFunction(() => document.querySelector("#ln-out table.t .num")?.dataset.value === "0.001", null, {timeout: 10000});
+  const lnSmall = await lnCheck("small-variance input");
+  check(lnSmall.scaleErr > 0.05 && lnSmall.scaleErr > 1e4 * lnDefault.scaleErr,
+        `eps matters when the variance is small: ${lnSmall.scaleErr} vs ${lnDefault.scaleErr}`);
+
+  step("rope negative");
+  // RoPE: a shift that takes both positions below zero is still a shift.
+  await page.fill("#rp-shift", "-12");
+  await page.waitForFunction(() => document.querySelectorAll("#rp-out .rope-row")[1]?.querySelector(".num")?.dataset.value === "-9",
+                             null, {timeout: 10000}).catch(() => {});
+  const ropeNeg = await page.$$eval("#rp-out .rope-row", (rows) => rows.map((r) => [...r.querySelectorAll(".num")].map((e) => Number(e.dataset.value))));
+  check(ropeNeg.length === 3 && ropeNeg[1][0] === -9 && ropeNeg[1][1] === -5, `RoPE shifted below zero: ${JSON.stringify(ropeNeg)}`);
+  if (ropeNeg.length === 3) {
+    check(Math.abs(ropeNeg[1][2] - ropeNeg[1][3]) < 1e-12 && Math.abs(ropeNeg[0][2] - ropeNeg[1][2]) < 1e-12,
+          `RoPE: a negative shift keeps the score: ${ropeNeg[0][2]} vs ${ropeNeg[1][2]}`);
+  }
+
+  step("tokenizer");
+  // Tokenizer: a character the tokenizer splits into bytes shows them as bytes; a space is marked.
+  const text = "né x";
+  await page.fill("#tk-text", text);
+  await page.waitForFunction((n) => document.querySelectorAll("#tk-out .chip").length === n, Buffer.from(text).length, {timeout: 10000})
+    .catch(() => {});
+  const chips = await page.$$eval("#tk-out .chip", (cs) => cs.map((c) => ({cls: c.className, bytes: [...c.querySelectorAll(".byte-list .num")]
+    .map((x) => Number(x.dataset.value)), text: c.querySelector(".byte-list")?.textContent})));
+  const e = [...Buffer.from("é")];
+  check(chips.length === 5 && chips[1].cls.includes("bytes") && chips[2].cls.includes("bytes") &&
+        chips[1].bytes[0] === e[0] && chips[2].bytes[0] === e[1] && chips[1].text === "0xC3" && chips[2].text === "0xA9",
+        `"é" as its bytes 0xC3 0xA9: ${JSON.stringify(chips)}`);
+  check(chips.length === 5 && chips[3].cls.includes("ws"), `the space's chip is marked: ${JSON.stringify(chips[3])}`);
+  const counts = await page.$$eval("#tk-counts .num", (e) => e.map((x) => Number(x.dataset.value)));
+  check(JSON.stringify(counts) === JSON.stringify([4, 5, 5]), `4 characters, 5 bytes, 5 tokens: ${counts}`);
+
+  step("playground");
+  // Playground: a streamed completion, the same text as `tformer generate` with the same settings.
   await page.fill("#pg-max", "20");
   await page.click("#pg-go");
   await page.waitForSelector("#pg-stats .num", {timeout: 30000});
   check((await page.locator("#pg-out .tok").count()) > 0, "the playground streamed tokens");
+  const pgPrompt = await page.inputValue("#pg-prompt");
+  const shownText = await page.$eval("#pg-out", (o) => [...o.querySelectorAll(".tok")].map((t) => t.textContent).join(""));
+  const gen = run(["generate", "--model", path.join(runDir, "model.safetensors"), "--prompt", pgPrompt, "--max-new-tokens", "20",
+                   "--seed", await page.inputValue("#pg-seed"), "--temperature", await page.inputValue("#pg-temp"),
+                   "--top-p", await page.inputValue("#pg-topp")]).stdout;
+  check(gen === pgPrompt + shownText + "\n", `the playground's text ${JSON.stringify(shownText)} equals generate's ${JSON.stringify(gen)}`);
   await page.locator("#pg-out .tok", {hasText: /\S/}).first().hover();
   await page.waitForSelector("#pg-tip .num");
 
+  step("live redraw");
+  // Training: a record appended to metrics.jsonl is drawn at the next redraw (every 2 s).
+  const metricsPath = path.join(runDir, "metrics.jsonl");
+  const lines = fs.readFileSync(metricsPath, "utf8").trim().split("\n");
+  const lastRec = JSON.parse(lines[lines.length - 1]);
+  const added = {...lastRec, step: lastRec.step + 20, val_loss: lastRec.val_loss * 0.9, train_loss: lastRec.train_loss * 0.9};
+  fs.appendFileSync(metricsPath, JSON.stringify(added) + "\n");
+  const redrawn = await page.waitForFunction((n) => document.querySelector("#tr-svg .curve-val")?.getAttribute("points").trim().split(/\s+/).length === n,
+                                             lines.length + 1, {timeout: 8000}).then(() => true, () => false);
+  check(redrawn, `the appended record (step ${added.step}) is drawn within the redraw interval`);
+  const lastShown = await page.$$eval("#tr-out p.stats .num", (e) => e.map((x) => Number(x.dataset.value)));
+  check(lastShown[0] === added.step, `the last record shown is step ${added.step}: ${lastShown}`);
+
+  step("provenance");
   // Provenance: every shown number and string came from a response.
   await Promise.all(pending);
   const shown = await page.$$eval(".num", (e) => e.map((x) => ({v: x.dataset.value, f: x.dataset.fmt, t: x.textContent})));
@@ -157,6 +314,31 @@ try {
   }).filter((x) => x));
   check(stray.length === 0, `digits outside numbers from responses: ${JSON.stringify(stray)}`);
   check(errors.length === 0, `page errors: ${errors}`);
+
+  step("no model");
+  // The page of `tformer serve --run DIR` alone: the toy widgets and the curves, no model sections.
+  const alone = startServer(tformer, ["--run", runDir, "--port", "0"]);
+  try {
+    const page2 = await browser.newPage({viewport: {width: 1200, height: 900}});
+    const errors2 = [];
+    page2.on("pageerror", (e) => errors2.push(String(e)));
+    await page2.goto((await alone.url) + "/");
+    await page2.waitForSelector("#tr-svg");
+    await page2.waitForSelector("#rp-out .rope-row:nth-child(4)");
+    await page2.waitForSelector("#wrong-att [data-mask=zero_after_softmax]");
+    const needs = await page2.$$eval(".needs-model", (e) => e.map((x) => x.textContent.trim()));
+    check(needs.length >= 4 && needs.every((t) => t.startsWith("Needs a model")), `model sections without a model: ${JSON.stringify(needs)}`);
+    check((await page2.locator("#pg-go").count()) === 0 && (await page2.locator("#at-maps").count()) === 0,
+          "no playground or model maps without a model");
+    check((await page2.textContent("#model-line")).includes("No model is loaded"), "the model line says none is loaded");
+    await page2.click("#bpe-step");
+    await page2.waitForSelector("#bpe-steps .merge-row");
+    check(errors2.length === 0, `page errors without a model: ${errors2}`);
+    await page2.close();
+  } finally {
+    alone.child.kill("SIGTERM");
+    await alone.exited;
+  }
 
   if (shots) {
     for (const id of ["playground", "tokenizer", "attention", "rope", "layernorm", "kv", "training"])

@@ -1,0 +1,57 @@
+// The README's pictures of the explorable page (docs/images/web-*.png): serves a model you trained
+// (and its run's curves) and photographs each section in Debian's Chromium, after a streamed
+// completion (with a token's tooltip open) and five BPE Steps. The checks are web_page.mjs's; this
+// script only takes the pictures, so that they show a real model rather than the test's tiny one.
+//
+//   build/tformer train --data ../shared/data/tinyshakespeare.txt --config configs/demo.json \
+//     --out /tmp/shots-run --steps 1200 --eval-every 100
+//   node tools/interop/web_screenshots.mjs --tformer build/tformer --run /tmp/shots-run --out docs/images
+import path from "node:path";
+import {chromium} from "playwright-core";
+import {startServer} from "./serve_lib.mjs";
+
+const args = process.argv.slice(2);
+const flag = (name, fallback) => {
+  const i = args.indexOf(name);
+  return i >= 0 ? args[i + 1] : fallback;
+};
+const tformer = path.resolve(flag("--tformer", "build/tformer"));
+const runDir = path.resolve(flag("--run", ""));
+const model = path.resolve(flag("--model", path.join(runDir, "model.safetensors")));
+const out = path.resolve(flag("--out", "docs/images"));
+
+const server = startServer(tformer, ["--model", model, "--run", runDir, "--port", "0"]);
+const url = await server.url;
+const browser = await chromium.launch({executablePath: "/usr/bin/chromium",
+  args: ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync"]});
+try {
+  const page = await browser.newPage({viewport: {width: 1200, height: 900}, deviceScaleFactor: 1});
+  await page.goto(url + "/");
+  for (const sel of ["#tk-out .chip", "#at-maps svg", "#wrong-att [data-mask=zero_after_softmax]", "#rp-out .rope-row",
+                     "#tr-svg", "#kv-out p", "#ln-out table"])
+    await page.waitForSelector(sel);
+  // The tokenizer with a character it splits into bytes, when the vocabulary has them.
+  await page.fill("#tk-text", "To be, or not to be: that is the question.\nA café.");
+  await page.waitForTimeout(800);
+  for (let i = 1; i <= 5; ++i) {
+    await page.click("#bpe-step");
+    await page.waitForFunction((n) => document.querySelectorAll("#bpe-steps .merge-row").length === n, i);
+  }
+  await page.fill("#pg-max", "160");
+  await page.click("#pg-go");
+  await page.waitForSelector("#pg-stats .num", {timeout: 60000});
+  const toks = page.locator("#pg-out .tok", {hasText: /\S/});
+  await toks.nth(Math.min(12, (await toks.count()) - 1)).hover();
+  await page.waitForSelector("#pg-tip .num");
+  for (const id of ["playground", "tokenizer", "attention", "rope", "layernorm", "kv", "training"]) {
+    const file = path.join(out, `web-${id}.png`);
+    if (id !== "playground") await page.mouse.move(0, 0);  // the playground keeps its token's tooltip
+    await page.locator("#" + id).screenshot({path: file});
+    console.log(file);
+  }
+} finally {
+  await browser.close();
+  server.child.kill("SIGTERM");
+  await server.exited;
+}
