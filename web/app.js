@@ -117,7 +117,10 @@ async function tokenize() {
                                    num(j.n_tokens, "int"), " tokens");
     $("tk-out").replaceChildren(...j.tokens.map((t, i) => el("span", {class: `chip ${chipClass(t)}`.trim(), style: `background:${chipColours[i % 6]}`},
                                                              chipText(t), el("span", {class: "id"}, num(t.id, "int")))));
-  } catch (e) { fail($("tk-out"), e); }
+  } catch (e) {
+    $("tk-counts").replaceChildren();  // the counts were of the text before
+    fail($("tk-out"), e);
+  }
 }
 
 // A piece that is not whole UTF-8 characters (one byte of a character the tokenizer splits) arrives

@@ -31,14 +31,14 @@ try {
   for (const sel of ["#tk-out .chip", "#at-maps svg", "#wrong-att [data-mask=zero_after_softmax]", "#rp-out .rope-row",
                      "#tr-svg", "#kv-out p", "#ln-out table"])
     await page.waitForSelector(sel);
-  // The tokenizer with a character it splits into bytes, when the vocabulary has them.
-  await page.fill("#tk-text", "To be, or not to be: that is the question.\nA café.");
+  // The tokenizer with a line break (its chip is marked).
+  await page.fill("#tk-text", "To be, or not to be: that is the question.\nO Romeo, Romeo!");
   await page.waitForTimeout(800);
   for (let i = 1; i <= 5; ++i) {
     await page.click("#bpe-step");
     await page.waitForFunction((n) => document.querySelectorAll("#bpe-steps .merge-row").length === n, i);
   }
-  await page.fill("#pg-max", "160");
+  await page.fill("#pg-max", "110");
   await page.click("#pg-go");
   await page.waitForSelector("#pg-stats .num", {timeout: 60000});
   const toks = page.locator("#pg-out .tok", {hasText: /\S/});
