@@ -175,6 +175,8 @@ TEST(KVCache, PayloadBytesCountKeysAndValuesOfEverySlot) {
   // GQA: 2 layers, batch 3, 2 kv heads, 10 slots, head width 4: 2*2*3*2*10*4*4 = 3840.
   KVCache gqa(2, 3, 2, 10, 4);
   EXPECT_EQ(gqa.payload_bytes(), 3840);
+  EXPECT_EQ(gqa.allocated_bytes(), 3840) << "the arrays hold what the formula says";
+  EXPECT_EQ(BasicKVCache<double>(2, 3, 2, 10, 4).allocated_bytes(), 7680) << "8-byte entries";
   // MHA with 4 kv heads: twice as much; MQA with 1: half.
   EXPECT_EQ(KVCache(2, 3, 4, 10, 4).payload_bytes(), 7680);
   EXPECT_EQ(KVCache(2, 3, 1, 10, 4).payload_bytes(), 1920);

@@ -23,11 +23,21 @@ function num(v, fmt = "sig4", cls = "") {
 }
 function str(s, cls = "") { return el("span", {class: `str ${cls}`.trim()}, s); }
 
+// Under --api-key every endpoint but the page itself wants "Authorization: Bearer KEY": the key
+// the user gives (asked for on a 401) is kept for this tab only.
+function headers() {
+  const h = {"Content-Type": "application/json"};
+  const key = sessionStorage.getItem("tformer-api-key");
+  if (key) h.Authorization = `Bearer ${key}`;
+  return h;
+}
+class HttpError extends Error {
+  constructor(status, message) { super(message); this.status = status; }
+}
 async function call(method, path, body) {
-  const r = await fetch(path, {method, headers: {"Content-Type": "application/json"},
-                               body: body === undefined ? undefined : JSON.stringify(body)});
+  const r = await fetch(path, {method, headers: headers(), body: body === undefined ? undefined : JSON.stringify(body)});
   const j = await r.json();
-  if (!r.ok) throw new Error(j.error ? j.error.message : r.statusText);
+  if (!r.ok) throw new HttpError(r.status, j.error ? j.error.message : r.statusText);
   return j;
 }
 const get = (p) => call("GET", p);
@@ -36,7 +46,7 @@ const list = (s) => s.split(",").map((x) => Number(x.trim())).filter((x) => x ==
 function fail(target, e) { target.replaceChildren(el("p", {class: "err"}, String(e.message || e))); }
 function debounce(f, ms = 250) { let t; return () => { clearTimeout(t); t = setTimeout(f, ms); }; }
 const shade = (p) => `rgba(36, 87, 197, ${(0.08 + 0.6 * p).toFixed(3)})`;  // a colour, not a shown number
-const heat = (p) => `rgba(220, 80, 30, ${Math.max(0, Math.min(1, p)).toFixed(3)})`;
+const heat = (p) => `rgba(220, 80, 30, ${Math.sqrt(Math.max(0, Math.min(1, p))).toFixed(3)})`;  // sqrt: small weights show
 
 // ---- playground ---------------------------------------------------------------------------------
 let controller = null;
@@ -67,8 +77,8 @@ async function generate() {
                 stream_options: {include_usage: true}};
   if ($("pg-seed").value !== "") body.seed = Number($("pg-seed").value);
   try {
-    const r = await fetch("/v1/completions", {method: "POST", headers: {"Content-Type": "application/json"},
-                                              body: JSON.stringify(body), signal: controller.signal});
+    const r = await fetch("/v1/completions", {method: "POST", headers: headers(), body: JSON.stringify(body),
+                                              signal: controller.signal});
     if (!r.ok) throw new Error((await r.json()).error.message);
     const reader = r.body.getReader(), dec = new TextDecoder();
     let buf = "";
@@ -92,13 +102,20 @@ async function generate() {
         if (!c || !c.text) continue;
         const lp = c.logprobs ? c.logprobs.tokens.map((t, i) => ({token: t, logprob: c.logprobs.token_logprobs[i],
                                                                    top: c.logprobs.top_logprobs[i]})) : [];
-        const span = el("span", {class: "tok str"}, c.text);
-        if (lp.length) {
-          span.style.background = shade(Math.exp(lp[0].logprob));
-          span.addEventListener("mouseenter", (ev) => tipAt(tip, ev, tokenTip(lp)));
-          span.addEventListener("mouseleave", () => (tip.hidden = true));
+        // One span per token, shaded by its own probability, when the chunk's text is its tokens'
+        // texts (a chunk holds several tokens when one ends a UTF-8 character another began, or
+        // after text held back for a stop string); otherwise the chunk's text as one span with
+        // every token in its tooltip.
+        const parts = lp.length && lp.map((x) => x.token).join("") === c.text ? lp.map((x) => [x.token, [x]]) : [[c.text, lp]];
+        for (const [text, tokens] of parts) {
+          const span = el("span", {class: "tok str"}, text);
+          if (tokens.length) {
+            span.style.background = shade(Math.exp(tokens[0].logprob));
+            span.addEventListener("mouseenter", (ev) => tipAt(tip, ev, tokenTip(tokens)));
+            span.addEventListener("mouseleave", () => (tip.hidden = true));
+          }
+          out.append(span);
         }
-        out.append(span);
       }
     }
   } catch (e) {
@@ -162,10 +179,14 @@ async function bpe() {
 
 // ---- attention ----------------------------------------------------------------------------------
 let hatches = 0;  // each map's own pattern id
-function heatMap(weights, tokens, tip) {
-  // Sizes in pixels: three maps to a row while they fit; a long prompt's maps grow to one per row
-  // rather than shrink below 14 px a cell.
-  const n = tokens.length, pad = 60, cell = Math.min(22, Math.max(14, Math.floor(260 / n)));
+const wsMark = (piece) => (/^\s+$/.test(piece) ? (piece.includes("\n") ? "\u21B5" : "\u2423") : null);
+// A cell is hatched where the response's weight is exactly zero above the diagonal (the causal
+// mask as the kernel applied it); a weight above the diagonal that is not zero would be drawn with
+// a red outline, never hidden under the hatching. Sizes in pixels: the maps of a short prompt four
+// to a row, a long prompt's fewer and no smaller than 12 px a cell.
+function heatMap(weights, tokens, tip, perRow) {
+  const n = tokens.length, pad = 56;
+  const cell = Math.min(22, Math.max(12, Math.floor((1000 / perRow - 14 - pad) / n)));
   const ns = "http://www.w3.org/2000/svg";
   const svg = document.createElementNS(ns, "svg");
   svg.setAttribute("width", pad + n * cell + 4); svg.setAttribute("height", pad + n * cell + 4);
@@ -173,19 +194,26 @@ function heatMap(weights, tokens, tip) {
                                   if (text !== undefined) e.textContent = text; svg.append(e); return e; };
   const defs = add("defs", {});
   const hatch = `hatch${++hatches}`;
-  defs.innerHTML = `<pattern id="${hatch}" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)">' +
-                   '<rect width="6" height="6" fill="#f0f1f4"/><line x1="0" y1="0" x2="0" y2="6" stroke="#d3d7df" stroke-width="3"/></pattern>`;
+  defs.innerHTML = `<pattern id="${hatch}" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)">` +
+                   `<rect width="6" height="6" fill="#f0f1f4"/><line x1="0" y1="0" x2="0" y2="6" stroke="#d3d7df" stroke-width="3"/></pattern>`;
+  add("text", {x: 2, y: 12, "font-size": 11, fill: "#5c6474"}, "query ↓ key →");
+  const label = (attrs, piece) => {
+    const mark = wsMark(piece);  // a whitespace piece: a visible mark, not an empty label
+    return mark ? add("text", {...attrs, fill: "#8a93a6"}, mark) : add("text", {...attrs, class: "str"}, piece);
+  };
   tokens.forEach((t, i) => {
-    add("text", {x: pad - 4, y: pad + i * cell + cell * 0.68, "text-anchor": "end", "font-size": 11, "font-family": "monospace", class: "str"}, t.piece);
-    add("text", {x: 0, y: 0, transform: `translate(${pad + i * cell + cell * 0.68},${pad - 4}) rotate(-60)`, "font-size": 11,
-                 "font-family": "monospace", class: "str"}, t.piece);
+    label({x: pad - 4, y: pad + i * cell + cell * 0.7, "text-anchor": "end", "font-size": 11, "font-family": "monospace"}, t.piece);
+    label({x: 0, y: 0, transform: `translate(${pad + i * cell + cell * 0.7},${pad - 4}) rotate(-60)`, "font-size": 11,
+           "font-family": "monospace"}, t.piece);
   });
   for (let i = 0; i < n; ++i)
     for (let j = 0; j < n; ++j) {
+      const w = weights[i][j], masked = j > i && w === 0, leak = j > i && w !== 0;
       const r = add("rect", {x: pad + j * cell, y: pad + i * cell, width: cell - 1, height: cell - 1,
-                             fill: j > i ? `url(#${hatch})` : heat(weights[i][j]), class: j > i ? "masked" : "cell"});
+                             fill: masked ? `url(#${hatch})` : heat(w), class: masked ? "masked" : leak ? "cell leak" : "cell"});
+      if (leak) { r.setAttribute("stroke", "#c62828"); r.setAttribute("stroke-width", "2"); }
       r.addEventListener("mouseenter", (ev) => tipAt(tip, ev, el("div", {}, "query “", str(tokens[i].piece),
-        "” reads key “", str(tokens[j].piece), "”: weight ", num(weights[i][j], "fixed4"), j > i ? " (masked)" : "")));
+        "” reads key “", str(tokens[j].piece), "”: weight ", num(w, "fixed4"), masked ? " (masked)" : "")));
       r.addEventListener("mouseleave", () => (tip.hidden = true));
     }
   return svg;
@@ -194,8 +222,10 @@ async function modelAttention() {
   const out = $("at-maps");
   try {
     const j = await post("/widgets/model_attention", {prompt: $("at-prompt").value, layer: Number($("at-layer").value)});
+    const perRow = j.tokens.length <= 24 ? Math.min(4, j.heads.length) : j.tokens.length <= 40 ? 2 : 1;
     out.replaceChildren(...j.heads.map((h) => el("div", {class: "map"},
-      el("h4", {}, "head ", num(h.head, "int"), " · KV head ", num(h.kv_head, "int")), heatMap(h.weights, j.tokens, $("at-tip")))));
+      el("h4", {}, "head ", num(h.head, "int"), " · KV head ", num(h.kv_head, "int")), heatMap(h.weights, j.tokens, $("at-tip"), perRow))),
+      el("p", {class: "note legend"}, "Colour: the weight, white for none, deep orange for all of a row's mass; hatched: masked (weight exactly zero). Hover a cell for its value."));
   } catch (e) { fail(out, e); }
 }
 function matrix(w, offset, leakCheck) {
@@ -208,7 +238,10 @@ function matrix(w, offset, leakCheck) {
   }))));
   return t;
 }
-function vecs(rows) { return el("span", {class: "eq"}, ...rows.flatMap((r, i) => [i ? ", " : "", "(", num(r[0], "sig4"), ", ", num(r[1], "sig4"), ")"])); }
+function vecs(rows) {
+  return el("span", {class: "eq"}, ...rows.flatMap((r, i) => [i ? ", " : "",
+    el("span", {class: "tuple"}, "(", num(r[0], "sig4"), ", ", num(r[1], "sig4"), ")")]));
+}
 async function specAttention() {
   try {
     const j = await post("/widgets/attention", {example: "spec"});
@@ -243,13 +276,15 @@ async function rope() {
     const theta = Number($("rp-theta").value), s = Number($("rp-shift").value);
     const cases = [["positions m, n", m, n], ["both shifted", m + s, n + s], ["gap changed by one", m, n + 1]];
     const t = el("table", {class: "t"}, el("tr", {}, el("th", {}, ""), el("th", {class: "n"}, "m"), el("th", {class: "n"}, "n"),
-      el("th", {class: "n"}, "R(mθ)q · R(nθ)k"), el("th", {class: "n"}, "q · R((n−m)θ)k")));
+      el("th", {class: "n"}, "R(mθ)q · R(nθ)k"), el("th", {class: "n"}, "q · R((n−m)θ)k"), el("th", {class: "n"}, "difference")));
     for (const [name, a, b] of cases) {
       const r = await post("/widgets/rope", {q, k, m: a, n: b, theta});
       t.append(el("tr", {class: "rope-row"}, el("td", {}, name), el("td", {class: "n"}, num(r.m, "int")), el("td", {class: "n"}, num(r.n, "int")),
-        el("td", {class: "n eq"}, num(r.rotated, "fixed15")), el("td", {class: "n eq"}, num(r.relative, "fixed15"))));
+        el("td", {class: "n eq"}, num(r.rotated, "fixed15")), el("td", {class: "n eq"}, num(r.relative, "fixed15")),
+        el("td", {class: "n eq"}, num(r.difference, "exp1"))));
     }
-    out.replaceChildren(t, el("p", {class: "note"}, "Shifting both positions leaves the score as it was; changing the gap changes it."));
+    out.replaceChildren(t, el("p", {class: "note"}, "The two sides agree to the last bits of a double (the difference column: rounding, " +
+      "as each side rotates by another angle). Shifting both positions leaves the score as it was; changing the gap changes it."));
   } catch (e) { fail(out, e); }
 }
 
@@ -279,7 +314,7 @@ async function kvCache() {
     if ($("kv-tokens").value !== "") body.tokens = Number($("kv-tokens").value);
     if ($("kv-batch").value !== "") body.batch = Number($("kv-batch").value);
     const j = await post("/widgets/kv_cache", body);
-    const f = (kv, bytes) => el("p", {class: "eq big"}, num(j.keys_and_values, "int"), " × ", num(j.layers, "int"), " layers × ", num(j.batch, "int"), " batch × ",
+    const f = (kv, bytes) => el("p", {class: "eq big"}, num(j.keys_and_values, "int"), " (K and V) × ", num(j.layers, "int"), " layers × ", num(j.batch, "int"), " batch × ",
       num(kv, "int"), " KV heads × ", num(j.tokens, "int"), " tokens × ", num(j.head_dim, "int"), " head width × ",
       num(j.bytes_per_entry, "int"), " bytes = ", num(bytes, "group", "payload"), " bytes");
     out.replaceChildren(el("h4", {}, "The model as loaded"), f(j.kv_heads, j.payload_bytes),
@@ -311,11 +346,11 @@ function curves(j) {
     add("polyline", {points: pts.map(([x, y]) => `${X(x)},${Y(y)}`).join(" "), fill: "none", stroke: colour, "stroke-width": 2, class: `curve-${name}`});
     for (const [x, y] of pts) add("circle", {cx: X(x), cy: Y(y), r: 2.5, fill: colour});
   }
-  add("rect", {x: W - R - 96, y: T + 8, width: 86, height: 42, fill: "#fff", stroke: "#dde1e8"});
-  add("line", {x1: W - R - 88, x2: W - R - 68, y1: T + 22, y2: T + 22, stroke: "#1f77b4", "stroke-width": 2});
-  add("text", {x: W - R - 62, y: T + 26, "font-size": 12}, "train");
-  add("line", {x1: W - R - 88, x2: W - R - 68, y1: T + 40, y2: T + 40, stroke: "#ff7f0e", "stroke-width": 2});
-  add("text", {x: W - R - 62, y: T + 44, "font-size": 12}, "validation");
+  add("rect", {x: W - R - 106, y: T + 8, width: 100, height: 42, fill: "#fff", stroke: "#dde1e8"});
+  add("line", {x1: W - R - 98, x2: W - R - 78, y1: T + 22, y2: T + 22, stroke: "#1f77b4", "stroke-width": 2});
+  add("text", {x: W - R - 72, y: T + 26, "font-size": 12}, "train");
+  add("line", {x1: W - R - 98, x2: W - R - 78, y1: T + 40, y2: T + 40, stroke: "#ff7f0e", "stroke-width": 2});
+  add("text", {x: W - R - 72, y: T + 44, "font-size": 12}, "validation");
   return svg;
 }
 async function training() {
@@ -338,7 +373,20 @@ async function training() {
 
 // ---- start --------------------------------------------------------------------------------------
 async function start() {
-  const props = await get("/props");
+  let props;
+  try {
+    props = await get("/props");
+  } catch (e) {
+    // Under --api-key: ask for the key, keep it for this tab, and start again with it.
+    $("key-form").hidden = false;
+    $("key-note").textContent = e.status === 401 ? "This server wants an API key (tformer serve --api-key)." : String(e.message);
+    $("key-form").onsubmit = (ev) => {
+      ev.preventDefault();
+      sessionStorage.setItem("tformer-api-key", $("key-input").value);
+      location.reload();
+    };
+    return;
+  }
   const hasModel = props.model !== null;
   if (hasModel) {
     const c = props.config;

@@ -82,6 +82,11 @@ int64_t BasicKVCache<T>::used_bytes() const {
   return 2 * n_layers_ * n_kv_heads_ * tokens * head_dim_ * static_cast<int64_t>(sizeof(T));
 }
 
+template <typename T>
+int64_t BasicKVCache<T>::allocated_bytes() const {
+  return static_cast<int64_t>((k_.size() + v_.size()) * sizeof(typename decltype(k_)::value_type));
+}
+
 template class BasicKVCache<float>;
 template class BasicKVCache<double>;
 

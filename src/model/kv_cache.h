@@ -49,6 +49,10 @@ class BasicKVCache {
   int64_t payload_bytes() const;
   // The same formula with the filled slots in place of the capacity (sum over sequences).
   int64_t used_bytes() const;
+  // What the cache's key and value arrays hold, measured from the arrays themselves (their
+  // elements times the element's size), not from the formula: the check that the formula is right.
+  int64_t allocated_bytes() const;
+  static constexpr int64_t kEntryBytes = static_cast<int64_t>(sizeof(T));
 
  private:
   int64_t n_layers_ = 0, batch_ = 0, n_kv_heads_ = 0, capacity_ = 0, head_dim_ = 0;

@@ -333,7 +333,9 @@ json Api::widget(const std::string& name, const json& body) const {
                   n = int_field(body, "n", 0, -(int64_t{1} << 20), int64_t{1} << 20);
     const double theta = number_field(body, "theta", 0.5, 0, 1, true);
     const widgets::RopeScores r = widgets::rope_scores(vec2(body, "q"), vec2(body, "k"), m, n, theta);
-    return {{"rotated", r.rotated}, {"relative", r.relative}, {"m", m}, {"n", n}, {"theta", theta}};
+    return {
+        {"rotated", r.rotated}, {"relative", r.relative}, {"difference", r.rotated - r.relative}, {"m", m}, {"n", n},
+        {"theta", theta}};
   }
   if (name == "layernorm") {
     const std::vector<double> x = number_list(body, "x", 256);
@@ -363,24 +365,24 @@ json Api::widget(const std::string& name, const json& body) const {
     const int64_t kv = int_field(body, "kv_heads", c.n_kv_heads, 1, c.n_heads);
     if (c.n_heads % kv != 0)
       bad_request(fmt::format("'kv_heads' must divide the model's {} query heads, got {}", c.n_heads, kv));
-    return {
-        {"payload_bytes_with_kv_heads",
-         widgets::kv_cache_payload_bytes(c.n_layers, batch, kv, tokens, c.head_dim(), 4)},
-        {"with_kv_heads", kv},
-        {"keys_and_values", 2},  // the formula's factor: a key and a value per entry
-        {"layers", c.n_layers},
-        {"n_heads", c.n_heads},
-        {"kv_heads", c.n_kv_heads},
-        {"head_dim", c.head_dim()},
-        {"tokens", tokens},
-        {"batch", batch},
-        {"bytes_per_entry", 4},
-        {"payload_bytes", widgets::kv_cache_payload_bytes(c.n_layers, batch, c.n_kv_heads, tokens, c.head_dim(), 4)},
-        {"payload_bytes_one_kv_head_per_query_head",
-         widgets::kv_cache_payload_bytes(c.n_layers, batch, c.n_heads, tokens, c.head_dim(), 4)},
-        {"engine_bytes", engine().cache_bytes()},
-        {"engine_slots", o.parallel},
-        {"engine_context", o.context}};
+    return {{"payload_bytes_with_kv_heads",
+             widgets::kv_cache_payload_bytes(c.n_layers, batch, kv, tokens, c.head_dim(), KVCache::kEntryBytes)},
+            {"with_kv_heads", kv},
+            {"keys_and_values", 2},  // the formula's factor: a key and a value per entry
+            {"layers", c.n_layers},
+            {"n_heads", c.n_heads},
+            {"kv_heads", c.n_kv_heads},
+            {"head_dim", c.head_dim()},
+            {"tokens", tokens},
+            {"batch", batch},
+            {"bytes_per_entry", KVCache::kEntryBytes},
+            {"payload_bytes", widgets::kv_cache_payload_bytes(c.n_layers, batch, c.n_kv_heads, tokens, c.head_dim(),
+                                                              KVCache::kEntryBytes)},
+            {"payload_bytes_one_kv_head_per_query_head",
+             widgets::kv_cache_payload_bytes(c.n_layers, batch, c.n_heads, tokens, c.head_dim(), KVCache::kEntryBytes)},
+            {"engine_bytes", engine().cache_bytes()},
+            {"engine_slots", o.parallel},
+            {"engine_context", o.context}};
   }
   if (name == "bpe") {
     auto text = [&](const char* key, bool required) {

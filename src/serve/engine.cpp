@@ -85,7 +85,7 @@ Engine::Engine(Model& model, const Tokenizer& tokenizer, EngineOptions options)
     fail_input("--prefill-chunk", "--prefill-chunk must be at least 1, got {}", options_.prefill_chunk);
   if (options_.max_queue < 0) fail_input("--queue", "--queue must be >= 0, got {}", options_.max_queue);
   cache_ = model.make_cache(options_.parallel, options_.context);
-  cache_bytes_ = cache_.payload_bytes();
+  cache_bytes_ = cache_.allocated_bytes();
   never_sample_ = non_token_ids(tokenizer, c.vocab_size);
   eot_ = tokenizer.eot_id();
   slots_.resize(static_cast<size_t>(options_.parallel));

@@ -153,7 +153,7 @@ class Engine {
   const EngineOptions& options() const { return options_; }
   EngineMetrics metrics() const;
   // Bytes of the KV cache (allocated) and of the tokens it holds now.
-  int64_t cache_bytes() const { return cache_bytes_; }
+  int64_t cache_bytes() const { return cache_bytes_; }  // what the cache's arrays hold (allocated_bytes)
   const Model& model() const { return model_; }
 
  private:

@@ -10,7 +10,7 @@
 namespace tformer::serve {
 
 struct WebAsset {
-  std::string_view name;  // the path under web/, e.g. "index.html", "js/attention.js"
+  std::string_view name;  // the path under web/, e.g. "index.html", "app.js"
   std::string_view content_type;
   std::string_view bytes;
 };

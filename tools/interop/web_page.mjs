@@ -77,6 +77,7 @@ const url = await server.url;
 
 // Every number and string of every response the page received.
 const numbers = new Set(), strings = new Set();
+let lastStream = "";  // the playground's last server-sent events, as received
 function collect(v) {
   if (typeof v === "number") numbers.add(v);
   else if (typeof v === "string") strings.add(v);
@@ -95,7 +96,9 @@ try {
     const type = r.headers()["content-type"] || "";
     if (!type.startsWith("application/json") && !type.startsWith("text/event-stream")) return;
     const text = await r.text().catch(() => "");
+    if (!text) return;  // a response cut off (the page closed while the curves were polled)
     if (type.startsWith("application/json")) return collect(JSON.parse(text));
+    if (r.url().endsWith("/v1/completions")) lastStream = text;
     for (const line of text.split("\n"))
       if (line.startsWith("data: {")) collect(JSON.parse(line.slice(6)));
   })()));
@@ -121,6 +124,36 @@ try {
   const m = trace[4].match(/^step (\d+): (\S+) \+ (\S+) -> (\S+) \(count (\d+), vocab (\d+)\)$/);
   check(m !== null, `trace line 5: ${trace[4]}`);
   if (m) check(fifth === `${m[1]} ${m[2]} + ${m[3]} → ${m[4]} ${m[5]} ${m[6]}`, `fifth step shown "${fifth}" vs "${trace[4]}"`);
+  // Back: four merges, and the top candidate (the pair counts recounted after them) is the fifth.
+  await page.click("#bpe-back");
+  await page.waitForFunction(() => document.querySelectorAll("#bpe-steps .merge-row").length === 4);
+  const best = (await page.locator("#bpe-pairs tr.best").innerText()).replace(/\s+/g, " ").trim();
+  if (m) check(best === `${m[2]} + ${m[3]} ${m[5]}`, `after Back the best candidate "${best}" is the fifth merge ${m[2]} + ${m[3]} (${m[5]})`);
+  const tie = await page.locator("#bpe-pairs p.note .str").first().innerText();
+  check(/largest count/.test(tie) && /greatest pair/.test(tie), `the tie rule is shown: ${tie}`);
+  // The merges applied to new text: as `tformer bpe apply` segments it with the same five merges.
+  await page.click("#bpe-step");
+  await page.waitForFunction(() => document.querySelectorAll("#bpe-steps .merge-row").length === 5);
+  const applyText = await page.inputValue("#bpe-apply");
+  fs.writeFileSync(path.join(work, "apply.txt"), applyText + "\n");
+  run(["bpe", "apply", "--codes", path.join(work, "toy.codes"), "--input", path.join(work, "apply.txt"), "--output",
+       path.join(work, "applied.txt")]);
+  const cli = fs.readFileSync(path.join(work, "applied.txt"), "utf8").trim().replace(/@@ /g, "+");
+  const shownApplied = await page.$$eval("#bpe-applied > div > span", (ws) =>
+    ws.map((w) => [...w.querySelectorAll(".seg")].map((x) => x.textContent.replace(/<\/w>$/, "")).join("+")).join(" "));
+  check(shownApplied === cli, `the merges applied to "${applyText}": shown "${shownApplied}", bpe apply "${cli}"`);
+  // Reset, then a minimum frequency of 7: Steps stop after the merges that often (counts 9, 9, 7),
+  // and the page says why.
+  await page.click("#bpe-reset");
+  await page.waitForFunction(() => document.querySelectorAll("#bpe-steps .merge-row").length === 0);
+  await page.fill("#bpe-minf", "7");
+  for (let i = 0; i < 5; ++i) await page.click("#bpe-step");
+  await page.waitForFunction(() => /frequency/.test(document.querySelector("#bpe-pairs")?.textContent || ""), null, {timeout: 10000})
+    .catch(() => {});
+  const counts7 = await page.$$eval("#bpe-steps .merge-row", (rs) => rs.map((r) => Number(r.querySelectorAll(".num")[1].dataset.value)));
+  check(counts7.length === 3 && counts7.every((c) => c >= 7), `min frequency 7: merges with counts ${counts7}`);
+  await page.fill("#bpe-minf", "2");
+  await page.click("#bpe-reset");
 
   step("rope");
   // RoPE: both sides, and a shift of both positions, agree to 1e-12; a changed gap does not.
@@ -132,16 +165,30 @@ try {
   check(Math.abs(rope[0][2] - rope[2][2]) > 1e-6, "RoPE: a changed gap changes the score");
 
   step("attention");
-  // Attention: heat maps with the causal mask; the spec's checks; the leak of the wrong mask.
-  const maps = await page.$$eval("#at-maps svg", (svgs) =>
-    svgs.map((s) => [s.querySelectorAll("rect.cell").length, s.querySelectorAll("rect.masked").length]));
-  const nTok = await page.$$eval("#at-maps svg", (s) => s[0].querySelectorAll("text.str").length / 2);
-  check(maps.length === 4, `a map per head: ${maps.length}`);
-  for (const [cells, masked] of maps)
-    check(cells === nTok * (nTok + 1) / 2 && masked === nTok * (nTok - 1) / 2, `map cells ${cells}, masked ${masked}`);
+  // Attention: a heat map per head, every cell of it drawn from the response of a direct request
+  // for the same prompt and layer: hatched exactly where the weight is zero above the diagonal,
+  // coloured by the weight everywhere else (a weight above the diagonal that were not zero would
+  // be a cell with the "leak" outline, so the test would see it); the spec's checks; the leak of
+  // the wrong mask.
+  const heat = (p) => `rgba(220, 80, 30, ${Math.sqrt(Math.max(0, Math.min(1, p))).toFixed(3)})`;
+  const direct = async (prompt, layer) => (await fetch(url + "/widgets/model_attention", {method: "POST",
+    headers: {"Content-Type": "application/json"}, body: JSON.stringify({prompt, layer})})).json();
+  const drawn = () => page.$$eval("#at-maps svg", (svgs) => svgs.map((s) => [...s.querySelectorAll("rect.cell, rect.masked")]
+    .map((r) => (r.getAttribute("class") === "masked" ? "masked" : `${r.getAttribute("class")} ${r.getAttribute("fill")}`))));
+  const want = (j) => j.heads.map((h) => h.weights.flatMap((row, i) => row.map((w, k) =>
+    (k > i && w === 0 ? "masked" : `${k > i ? "cell leak" : "cell"} ${heat(w)}`))));
+  const prompt0 = await page.inputValue("#at-prompt");
+  const layer0 = await direct(prompt0, 0);
+  const nTok = layer0.tokens.length;
+  const maps = await drawn();
+  check(maps.length === 4 && layer0.heads.length === 4, `a map per head: ${maps.length}`);
+  for (const cells of maps)
+    check(cells.filter((c) => c === "masked").length === nTok * (nTok - 1) / 2 && cells.length === nTok * nTok,
+          `map of ${cells.length} cells, ${cells.filter((c) => c === "masked").length} masked, for ${nTok} tokens`);
+  check(JSON.stringify(maps) === JSON.stringify(want(layer0)), "layer 0's maps are drawn cell by cell from its weights");
   check((await page.locator("#spec-checks .ok").count()) === 1, "section 07's third check holds");
   const leak = await page.$$eval("#wrong-att [data-mask=score_zero] td.leak .num", (e) => e.map((x) => Number(x.dataset.value)));
-  check(leak.length > 0 && leak.every((v) => v > 0), `the score-zero mask leaks: ${leak}`);
+  check(leak.length === 3, `the score-zero mask leaks onto each of the three future keys: ${leak}`);
   check((await page.locator("#wrong-att [data-mask=correct] td.leak").count()) === 0, "the correct mask leaks nothing");
 
   step("kv");
@@ -170,21 +217,17 @@ try {
         `zeroed after the softmax: the first rows sum below one, the last to one (${zeroSums})`);
 
   step("layer");
-  // Another layer: the maps are redrawn from that layer's weights (each cell's colour from a direct
-  // request of the same prompt and layer).
-  const heat = (p) => `rgba(220, 80, 30, ${Math.max(0, Math.min(1, p)).toFixed(3)})`;
-  const prompt0 = await page.inputValue("#at-prompt");
-  const direct = async (layer) => (await fetch(url + "/widgets/model_attention", {method: "POST",
-    headers: {"Content-Type": "application/json"}, body: JSON.stringify({prompt: prompt0, layer})})).json();
-  const fills = () => page.$$eval("#at-maps svg", (svgs) => svgs.map((s) => [...s.querySelectorAll("rect.cell")].map((r) => r.getAttribute("fill"))));
-  const want = (j) => j.heads.map((h) => h.weights.flatMap((row, i) => row.slice(0, i + 1).map(heat)));
-  const [layer0, layer1] = [await direct(0), await direct(1)];
-  check(JSON.stringify(await fills()) === JSON.stringify(want(layer0)), "layer 0's maps are drawn from its weights");
+  // Another layer, then another prompt: the maps are redrawn from that request's weights.
+  const layer1 = await direct(prompt0, 1);
+  const redrawnAs = async (j, what) => page.waitForFunction((w) => JSON.stringify([...document.querySelectorAll("#at-maps svg")].map((s) =>
+    [...s.querySelectorAll("rect.cell, rect.masked")].map((r) => (r.getAttribute("class") === "masked" ? "masked"
+      : `${r.getAttribute("class")} ${r.getAttribute("fill")}`)))) === w, JSON.stringify(want(j)), {timeout: 10000})
+    .then(() => check(true, ""), () => check(false, `after choosing ${what} the maps are its weights`));
   await page.selectOption("#at-layer", "1");
-  await page.waitForFunction((w) => JSON.stringify([...document.querySelectorAll("#at-maps svg")].map((s) =>
-    [...s.querySelectorAll("rect.cell")].map((r) => r.getAttribute("fill")))) === w, JSON.stringify(want(layer1)), {timeout: 10000})
-    .then(() => check(true, ""), () => check(false, "after choosing layer 1 the maps are layer 1's weights"));
+  await redrawnAs(layer1, "layer 1");
   check(JSON.stringify(want(layer0)) !== JSON.stringify(want(layer1)), "the two layers' maps differ");
+  await page.fill("#at-prompt", "To be, or not");
+  await redrawnAs(await direct("To be, or not", 1), "another prompt");
 
   step("kv heads");
   // The KV-heads choice: the second formula follows it, and its factors multiply to its bytes.
@@ -276,8 +319,28 @@ try {
                    "--seed", await page.inputValue("#pg-seed"), "--temperature", await page.inputValue("#pg-temp"),
                    "--top-p", await page.inputValue("#pg-topp")]).stdout;
   check(gen === pgPrompt + shownText + "\n", `the playground's text ${JSON.stringify(shownText)} equals generate's ${JSON.stringify(gen)}`);
-  await page.locator("#pg-out .tok", {hasText: /\S/}).first().hover();
+  // Each token's shade is its own probability, and its tooltip the stream's log-probabilities.
+  await Promise.all(pending);
+  const streamed = lastStream.split("\n").filter((l) => l.startsWith("data: {")).map((l) => JSON.parse(l.slice(6)))
+    .filter((j) => j.choices && j.choices[0] && j.choices[0].logprobs)
+    .flatMap((j) => j.choices[0].logprobs.tokens.map((t, i) => ({token: t, lp: j.choices[0].logprobs.token_logprobs[i],
+                                                                  top: j.choices[0].logprobs.top_logprobs[i]})));
+  const spans = await page.$$eval("#pg-out .tok", (ts) => ts.map((t) => ({text: t.textContent, bg: t.style.background})));
+  // (the browser keeps a colour's alpha in 8 bits: compare to within one step of 1/255)
+  const alpha = (bg) => Number((bg.match(/rgba\(36, 87, 197, ([0-9.]+)\)/) || [])[1]);
+  check(spans.length === streamed.length && spans.every((sp, i) => sp.text === streamed[i].token &&
+                                                             Math.abs(alpha(sp.bg) - (0.08 + 0.6 * Math.exp(streamed[i].lp))) < 1 / 255),
+        `a span per streamed token, shaded by its probability (${spans.length} spans, ${streamed.length} tokens): ` +
+        JSON.stringify(spans.slice(0, 3)) + JSON.stringify(streamed.slice(0, 3).map((x) => [x.token, x.lp])));
+  const firstVisible = spans.findIndex((sp) => /\S/.test(sp.text));
+  await page.locator("#pg-out .tok").nth(firstVisible).hover();
   await page.waitForSelector("#pg-tip .num");
+  const tipNums = await page.$$eval("#pg-tip .num", (e) => e.map((x) => Number(x.dataset.value)));
+  const tipStrs = await page.$$eval("#pg-tip .str", (e) => e.map((x) => x.textContent));
+  const tok0 = streamed[firstVisible];
+  check(tok0 && JSON.stringify(tipNums) === JSON.stringify([tok0.lp, ...Object.values(tok0.top)]) &&
+        JSON.stringify(tipStrs) === JSON.stringify([tok0.token, ...Object.keys(tok0.top)]),
+        `the tooltip shows the stream's log-probabilities: ${tipStrs} ${tipNums} vs ${tok0 && JSON.stringify(tok0)}`);
 
   step("live redraw");
   // Training: a record appended to metrics.jsonl is drawn at the next redraw (every 2 s).
@@ -338,6 +401,28 @@ try {
   } finally {
     alone.child.kill("SIGTERM");
     await alone.exited;
+  }
+
+  step("api key");
+  // Under --api-key: the page asks for the key, and works once it is given.
+  const keyed = startServer(tformer, ["--model", path.join(runDir, "model.safetensors"), "--api-key", "s3cret-key", "--port", "0"]);
+  try {
+    const page3 = await browser.newPage({viewport: {width: 1200, height: 900}});
+    const errors3 = [];
+    page3.on("pageerror", (e) => errors3.push(String(e)));
+    await page3.goto((await keyed.url) + "/");
+    await page3.waitForSelector("#key-form:not([hidden])");
+    check(/API key/.test(await page3.textContent("#key-note")), "the page asks for the API key");
+    await page3.fill("#key-input", "s3cret-key");
+    await page3.click("#key-go");
+    await page3.waitForSelector("#at-maps svg", {timeout: 15000});
+    await page3.waitForSelector("#rp-out .rope-row:nth-child(4)");
+    check((await page3.locator("#key-form").isHidden()), "with the key the form is gone");
+    check(errors3.length === 0, `page errors with a key: ${errors3}`);
+    await page3.close();
+  } finally {
+    keyed.child.kill("SIGTERM");
+    await keyed.exited;
   }
 
   if (shots) {
