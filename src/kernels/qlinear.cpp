@@ -655,8 +655,8 @@ void bf16_rows(float* y, const Weight<float>& W, const float* x, int64_t n) {
   parallel_for(quads, out * in >= 65536, [&](int64_t qd) {
     const int64_t o0 = 4 * qd, m = std::min<int64_t>(4, out - o0);
     for (int64_t o = o0; o < o0 + m; ++o)
-      for_row_tiles(
-          n, 0, [&](auto c, int64_t r) { bf16_row<decltype(c)::value>(y + r * out, out, W, o, xb + r * in, in); });
+      for_row_tiles(n, 0,
+                    [&](auto c, int64_t r) { bf16_row<decltype(c)::value>(y + r * out, out, W, o, xb + r * in, in); });
   });
 }
 
