@@ -184,8 +184,10 @@ void run_gqa_context(const BenchShape& sh, int reps, double bandwidth, int64_t l
 // --serve-anchor FILE: the figures bench/serve.sh sets the server's beside, on the model file it
 // serves: decode tokens/s of `batch` sequences (one token each per step, after a `prompt`-token
 // prompt each), with the tiled products and with the row-independent ones the server's decode
-// uses (kernels/linear.h), and the prefill time of one `prompt`-token prompt (the time to first
-// token `tformer generate` has). One JSON line.
+// uses (kernels/linear.h), the server's own work at `batch` clients done by the engine alone
+// ("workload": the prompts prefilled, then 64 tokens each sampled at temperature 1), and the
+// prefill time of one `prompt`-token prompt (the time to first token `tformer generate` has). One
+// JSON line.
 void run_serve_anchor(const std::string& file, int64_t batch, int64_t prompt, int64_t steps, int reps) {
   LoadedModel lm = load_model(file);
   Model& m = *lm.model;
@@ -213,7 +215,30 @@ void run_serve_anchor(const std::string& file, int64_t batch, int64_t prompt, in
     m.forward_cached(logits.data(), ids.data(), 1, prompt, nullptr, cache, false);
     prefill.push_back(seconds_since(t0));
   }
-  const double tiled = decode(false), invariant = decode(true), one = [&] {
+  // The server's own work at `batch` clients, done by the engine alone: every sequence's prompt
+  // prefilled (in one batched forward), then `steps` tokens each, sampled at temperature 1 (as
+  // bench/serve_load.mjs asks) from the row-independent products; completion tokens over the whole
+  // time, prefill and sampling included. What the server adds to this is its own cost.
+  auto workload = [&] {
+    std::vector<double> rates;
+    for (int r = 0; r < reps; ++r) {
+      KVCache cache = m.make_cache(batch, prompt + steps);
+      std::vector<Sampler> samplers;
+      for (int64_t b = 0; b < batch; ++b) samplers.emplace_back(SamplerConfig{1.0, 0, 1.0, static_cast<uint64_t>(b + 1)});
+      std::vector<TokenId> next(static_cast<size_t>(batch));
+      const RowIndependentProducts scope(true);
+      const auto t0 = clock_type::now();
+      m.forward_cached(logits.data(), ids.data(), batch, prompt, nullptr, cache, false);
+      for (int64_t s = 0; s < steps; ++s) {
+        for (int64_t b = 0; b < batch; ++b)
+          next[static_cast<size_t>(b)] = samplers[static_cast<size_t>(b)].sample(logits.data() + b * V, V);
+        m.forward_cached(logits.data(), next.data(), batch, 1, nullptr, cache, false);
+      }
+      rates.push_back(static_cast<double>(batch * steps) / seconds_since(t0));
+    }
+    return median(rates);
+  };
+  const double tiled = decode(false), invariant = decode(true), same_work = workload(), one = [&] {
     const int64_t keep = batch;
     batch = 1;
     const double r = decode(true);
@@ -222,8 +247,8 @@ void run_serve_anchor(const std::string& file, int64_t batch, int64_t prompt, in
   }();
   fmt::print(
       "{{\"file\": \"{}\", \"batch\": {}, \"decode_tiled\": {:.2f}, \"decode_row_independent\": {:.2f}, "
-      "\"decode_batch1\": {:.2f}, \"prefill_seconds\": {:.5f}, \"prompt\": {}}}\n",
-      file, batch, tiled, invariant, one, median(prefill), prompt);
+      "\"workload\": {:.2f}, \"decode_batch1\": {:.2f}, \"prefill_seconds\": {:.5f}, \"prompt\": {}, \"steps\": {}}}\n",
+      file, batch, tiled, invariant, same_work, one, median(prefill), prompt, steps);
 }
 
 }  // namespace

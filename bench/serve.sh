@@ -4,8 +4,10 @@
 # driven by 1, 4 and 16 concurrent streaming clients (bench/serve_load.mjs: aggregate tokens/s,
 # time to first token p50 and p99), beside the engine's own figures on the same file from
 # bench_generate --serve-anchor in the same run: batched decode of 16 sequences (tiled products,
-# and the row-independent ones the server decodes with), decode at batch 1, and the prefill of one
-# prompt (the time to first token of `tformer generate`).
+# and the row-independent ones the server decodes with), the same work as the server's at 16
+# clients done by the engine alone (16 prompts prefilled, then 64 sampled tokens each: what the
+# server adds to it is the server's own cost), decode at batch 1, and the prefill of one prompt
+# (the time to first token of `tformer generate`).
 #
 #   bash bench/serve.sh [BUILD]                 # BUILD defaults to build
 #   SHAPES=15M REQUESTS=8 bash bench/serve.sh   # REQUESTS: per client and level (default 4)
@@ -35,17 +37,20 @@ shape, anchor, load = sys.argv[1], json.loads(sys.argv[2]), [json.loads(l) for l
 by = {l["clients"]: l for l in load}
 print(f"stories{shape} (F32): engine decode b=16 {anchor['decode_tiled']:.1f} tok/s tiled, "
       f"{anchor['decode_row_independent']:.1f} row-independent (x{anchor['decode_row_independent'] / anchor['decode_tiled']:.2f}), "
-      f"b=1 {anchor['decode_batch1']:.1f}; prefill of 32 tokens {1000 * anchor['prefill_seconds']:.1f} ms")
-print("| clients | tokens/s | x 1 client | of engine b=16 row-independent | of engine b=16 tiled | TTFT p50 ms | TTFT p99 ms |")
+      f"b=1 {anchor['decode_batch1']:.1f}; the server's work at 16 clients (16 prompts prefilled, {anchor['steps']} sampled "
+      f"tokens each) {anchor['workload']:.1f}; prefill of 32 tokens {1000 * anchor['prefill_seconds']:.1f} ms")
+print("| clients | tokens/s | x 1 client | of engine b=16 row-independent | of engine, same work | TTFT p50 ms | TTFT p99 ms |")
 print("|---:|---:|---:|---:|---:|---:|---:|")
 for c in sorted(by):
     l = by[c]
     print(f"| {c} | {l['tokens_per_s']:.1f} | x{l['tokens_per_s'] / by[min(by)]['tokens_per_s']:.2f} | "
           f"{100 * l['tokens_per_s'] / anchor['decode_row_independent']:.0f}% | "
-          f"{100 * l['tokens_per_s'] / anchor['decode_tiled']:.0f}% | {1000 * l['ttft_p50']:.1f} | {1000 * l['ttft_p99']:.1f} |")
+          f"{100 * l['tokens_per_s'] / anchor['workload']:.0f}% | {1000 * l['ttft_p50']:.1f} | {1000 * l['ttft_p99']:.1f} |")
 one = by[min(by)]
-print(f"goals: 16 clients x{by[max(by)]['tokens_per_s'] / one['tokens_per_s']:.2f} of 1 (>= 6); "
-      f"{100 * by[max(by)]['tokens_per_s'] / anchor['decode_row_independent']:.0f}% of the engine (>= 90%); "
+print(f"goals: 16 clients x{by[max(by)]['tokens_per_s'] / one['tokens_per_s']:.2f} of 1 (>= 6; the engine's own decode "
+      f"batches x{anchor['decode_row_independent'] / anchor['decode_batch1']:.2f} from 1 to 16 here); "
+      f"{100 * by[max(by)]['tokens_per_s'] / anchor['decode_row_independent']:.0f}% of the engine's decode, "
+      f"{100 * by[max(by)]['tokens_per_s'] / anchor['workload']:.0f}% of its same work (>= 90%); "
       f"TTFT at 1 client {1000 * one['ttft_p50']:.1f} ms vs prefill {1000 * anchor['prefill_seconds']:.1f} ms "
       f"(x{one['ttft_p50'] / anchor['prefill_seconds']:.2f}, <= 1.10)")
 PY

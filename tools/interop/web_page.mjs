@@ -19,13 +19,14 @@
 //     shown as bytes; KV cache: the formula's bytes equal the engine's, and follow the KV-heads
 //     choice; training: one curve point per record, and a record appended to metrics.jsonl is drawn
 //     within the page's redraw interval;
-//   - the page of `tformer serve --run DIR` alone: the toy widgets and the curves work, the model's
-//     sections say what is needed;
+//   - the page of `tformer serve --run DIR` alone: it waits for a run that has not started, draws
+//     the curves while a real `tformer train` writes them, the toy widgets work, and the model's
+//     sections say what is needed; under --api-key the page asks for the key and works with it;
 //   - provenance: the page's network traffic is captured, and every number the page shows (each
 //     <span class="num">) is a value of some response, written as its data-fmt says; every string
 //     (class "str") is a string of some response; and no digit appears in an output outside them.
 // With --screenshots DIR it also writes each section's picture there (docs/images/web-*.png).
-import {spawnSync} from "node:child_process";
+import {spawn, spawnSync} from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -380,13 +381,29 @@ try {
 
   step("no model");
   // The page of `tformer serve --run DIR` alone: the toy widgets and the curves, no model sections.
-  const alone = startServer(tformer, ["--run", runDir, "--port", "0"]);
+  // Its run folder is empty when the page opens: the page says it waits, and draws the curves
+  // while a real `tformer train` writes them.
+  const run2 = path.join(work, "run2");
+  fs.mkdirSync(run2);
+  const alone = startServer(tformer, ["--run", run2, "--port", "0"]);
   try {
     const page2 = await browser.newPage({viewport: {width: 1200, height: 900}});
     const errors2 = [];
     page2.on("pageerror", (e) => errors2.push(String(e)));
     await page2.goto((await alone.url) + "/");
-    await page2.waitForSelector("#tr-svg");
+    await page2.waitForFunction(() => /does not exist yet/.test(document.querySelector("#tr-out")?.textContent || ""));
+    const trainer = spawn(tformer, ["train", "--data", data, "--config", cfg, "--out", run2, "--steps", "300", "--batch", "8",
+                                    "--warmup", "10", "--eval-every", "10", "--eval-steps", "1", "--log-every", "1000",
+                                    "--lr", "0.003"], {stdio: "ignore"});
+    const trained = new Promise((resolve) => trainer.on("exit", resolve));
+    // While it trains: a curve with fewer points than the run will have, then every record drawn.
+    await page2.waitForSelector("#tr-svg .curve-val", {timeout: 60000});
+    const early = await page2.$eval("#tr-svg .curve-val", (p) => p.getAttribute("points").trim().split(/\s+/).length);
+    check((await trained) === 0, "tformer train wrote its run");
+    const records2 = fs.readFileSync(path.join(run2, "metrics.jsonl"), "utf8").trim().split("\n").length;
+    const drawn2 = await page2.waitForFunction((n) => document.querySelector("#tr-svg .curve-val")?.getAttribute("points").trim()
+      .split(/\s+/).length === n, records2, {timeout: 8000}).then(() => true, () => false);
+    check(drawn2 && early < records2, `the curves grew while train wrote them: ${early} points early, ${records2} records at the end`);
     await page2.waitForSelector("#rp-out .rope-row:nth-child(4)");
     await page2.waitForSelector("#wrong-att [data-mask=zero_after_softmax]");
     const needs = await page2.$$eval(".needs-model", (e) => e.map((x) => x.textContent.trim()));
