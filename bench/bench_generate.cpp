@@ -224,7 +224,8 @@ void run_serve_anchor(const std::string& file, int64_t batch, int64_t prompt, in
     for (int r = 0; r < reps; ++r) {
       KVCache cache = m.make_cache(batch, prompt + steps);
       std::vector<Sampler> samplers;
-      for (int64_t b = 0; b < batch; ++b) samplers.emplace_back(SamplerConfig{1.0, 0, 1.0, static_cast<uint64_t>(b + 1)});
+      for (int64_t b = 0; b < batch; ++b)
+        samplers.emplace_back(SamplerConfig{1.0, 0, 1.0, static_cast<uint64_t>(b + 1)});
       std::vector<TokenId> next(static_cast<size_t>(batch));
       const RowIndependentProducts scope(true);
       const auto t0 = clock_type::now();
