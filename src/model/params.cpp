@@ -32,8 +32,10 @@ void check_params_fit_in_memory(const ModelConfig& config, const std::string& so
   const double bytes = float32_param_bytes(config);
   const uint64_t available = available_memory_bytes();
   if (bytes > static_cast<double>(available))
-    fail_file(source, "{}: the model's float32 weights take {} bytes ({} GB) but only {} bytes of memory are available",
-              source, static_cast<uint64_t>(bytes), bytes / 1e9, available);
+    // (the byte count as a double: a fuzzed config's can pass 2^64, which no integer cast may take)
+    fail_file(source,
+              "{}: the model's float32 weights take {:.0f} bytes ({:.3g} GB) but only {} bytes of memory are available",
+              source, bytes, bytes / 1e9, available);
 }
 
 namespace {
