@@ -60,8 +60,8 @@ function tokenTip(lp) {
   const t = el("table");
   lp.forEach((x) => {
     t.append(el("tr", {}, el("td", {}, "chosen"), el("td", {}, "“", str(x.token), "”"), el("td", {}, num(x.logprob, "fixed3"))));
-    for (const [tok, l] of Object.entries(x.top))
-      t.append(el("tr", {}, el("td", {}, ""), el("td", {}, "“", str(tok), "”"), el("td", {}, num(l, "fixed3"))));
+    for (const [tok, l] of Object.entries(x.top))  // the alternatives: the chosen token is the row above
+      if (tok !== x.token) t.append(el("tr", {}, el("td", {}, ""), el("td", {}, "“", str(tok), "”"), el("td", {}, num(l, "fixed3"))));
   });
   return el("div", {}, el("div", {class: "note"}, "token · log-probability (top alternatives)"), t);
 }
@@ -316,7 +316,7 @@ async function kvCache() {
     const j = await post("/widgets/kv_cache", body);
     const f = (kv, bytes) => el("p", {class: "eq big"}, num(j.keys_and_values, "int"), " (K and V) × ", num(j.layers, "int"), " layers × ", num(j.batch, "int"), " batch × ",
       num(kv, "int"), " KV heads × ", num(j.tokens, "int"), " tokens × ", num(j.head_dim, "int"), " head width × ",
-      num(j.bytes_per_entry, "int"), " bytes = ", num(bytes, "group", "payload"), " bytes");
+      num(j.bytes_per_entry, "int"), " bytes ", el("span", {class: "nowrap"}, "= ", num(bytes, "group", "payload"), " bytes"));
     out.replaceChildren(el("h4", {}, "The model as loaded"), f(j.kv_heads, j.payload_bytes),
       el("p", {}, "The engine holds ", num(j.engine_bytes, "group", "engine-bytes"), " bytes for its ", num(j.engine_slots, "int"), " slots of ",
          num(j.engine_context, "int"), " tokens."),
