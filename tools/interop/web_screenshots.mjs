@@ -59,7 +59,9 @@ try {
       const toks = page.locator("#pg-out .tok", {hasText: /\S/});
       await toks.nth(Math.min(12, (await toks.count()) - 1)).hover();
       await page.waitForSelector("#pg-tip:not([hidden]) .num");
-      await page.screenshot({path: file, clip: await section.boundingBox()});
+      const box = await section.boundingBox(), tip = await page.locator("#pg-tip").boundingBox();
+      const bottom = Math.max(box.y + box.height, tip.y + tip.height + 8);  // the tooltip may hang below
+      await page.screenshot({path: file, clip: {x: box.x, y: box.y, width: box.width, height: bottom - box.y}});
     } else {
       await page.mouse.move(0, 0);
       await section.screenshot({path: file});
