@@ -42,7 +42,7 @@ test-interop: build-tformer
 	@bash scripts/install-interop.sh
 	@node tools/interop/llama_cpp_check.mjs --tformer $(BUILD)/tformer
 	@node tools/interop/serve_openai.mjs --tformer $(BUILD)/tformer
-	@node tools/interop/serve_soak.mjs --tformer $(BUILD)/tformer --seconds 20
+	@node tools/interop/serve_soak.mjs --tformer $(BUILD)/tformer --seconds 60
 	@node tools/interop/web_page.mjs --tformer $(BUILD)/tformer
 	@/usr/bin/python3 tools/reference/gen_sentencepiece_fixtures.py --check $(BUILD)/tformer
 
