@@ -319,13 +319,11 @@ void dense_row_avx512(float* y, int64_t ldy, const Weight<float>& W, int64_t o, 
 
 template <WeightType kT>
 void dense_rows_avx512(float* y, const Weight<float>& W, const float* x, int64_t n) {
-  const int64_t out = W.rows, in = W.cols, quads = (out + 3) / 4;
-  parallel_for(quads, out * in >= 65536, [&](int64_t qd) {
-    const int64_t o0 = 4 * qd, m = std::min<int64_t>(4, out - o0);
-    for (int64_t o = o0; o < o0 + m; ++o)
-      for_row_tiles(n, 0, [&](auto c, int64_t r) {
-        dense_row_avx512<kT, decltype(c)::value>(y + r * out, out, W, o, x + r * in, in);
-      });
+  const int64_t out = W.rows, in = W.cols;
+  parallel_for(out, out * in >= 65536, [&](int64_t o) {
+    for_row_tiles(n, 0, [&](auto c, int64_t r) {
+      dense_row_avx512<kT, decltype(c)::value>(y + r * out, out, W, o, x + r * in, in);
+    });
   });
 }
 #endif
@@ -441,11 +439,9 @@ void block_row_vnni(float* y, int64_t ldy, const Weight<float>& W, int64_t o, co
 
 template <WeightType kT>
 void block_rows_vnni(float* y, const Weight<float>& W, const QuantActs& a) {
-  const int64_t out = W.rows, quads = (out + 3) / 4, n = a.n;
-  parallel_for(quads, out * W.cols >= 65536, [&](int64_t qd) {
-    const int64_t o0 = 4 * qd, m = std::min<int64_t>(4, out - o0);
-    for (int64_t o = o0; o < o0 + m; ++o)
-      for_row_tiles(n, 0, [&](auto c, int64_t r0) { block_row_vnni<kT, decltype(c)::value>(y, out, W, o, a, r0); });
+  const int64_t out = W.rows, n = a.n;
+  parallel_for(out, out * W.cols >= 65536, [&](int64_t o) {
+    for_row_tiles(n, 0, [&](auto c, int64_t r0) { block_row_vnni<kT, decltype(c)::value>(y, out, W, o, a, r0); });
   });
 }
 
@@ -650,13 +646,11 @@ void bf16_row(float* y, int64_t ldy, const Weight<float>& W, int64_t o, const ui
 }
 
 void bf16_rows(float* y, const Weight<float>& W, const float* x, int64_t n) {
-  const int64_t out = W.rows, in = W.cols, quads = (out + 3) / 4;
+  const int64_t out = W.rows, in = W.cols;
   const uint16_t* xb = bf16_acts(x, n, in);
-  parallel_for(quads, out * in >= 65536, [&](int64_t qd) {
-    const int64_t o0 = 4 * qd, m = std::min<int64_t>(4, out - o0);
-    for (int64_t o = o0; o < o0 + m; ++o)
-      for_row_tiles(n, 0,
-                    [&](auto c, int64_t r) { bf16_row<decltype(c)::value>(y + r * out, out, W, o, xb + r * in, in); });
+  parallel_for(out, out * in >= 65536, [&](int64_t o) {
+    for_row_tiles(n, 0,
+                  [&](auto c, int64_t r) { bf16_row<decltype(c)::value>(y + r * out, out, W, o, xb + r * in, in); });
   });
 }
 

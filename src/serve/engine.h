@@ -152,8 +152,8 @@ class Engine {
   int64_t context() const { return options_.context; }
   const EngineOptions& options() const { return options_; }
   EngineMetrics metrics() const;
-  // Bytes of the KV cache (allocated) and of the tokens it holds now.
-  int64_t cache_bytes() const { return cache_bytes_; }  // what the cache's arrays hold (allocated_bytes)
+  // Bytes of the KV cache (allocated: KVCache::allocated_bytes) and of the tokens it holds now.
+  int64_t cache_bytes() const { return cache_bytes_; }
   const Model& model() const { return model_; }
 
  private:
