@@ -197,6 +197,38 @@ TEST(StoredLinear, SameBitsWithOneAndTwoThreads) {
   }
 }
 
+// Under RowIndependentProducts every row of a product has the bits of that row alone (n = 1),
+// whatever n: for every type, for row counts that take each tile (1 to 4 activation rows with one
+// weight row; from 8 rows on, four weight rows at a time, with the weight rows' tail of 1 to 3)
+// and widths with and without a masked tail.
+TEST(StoredLinear, RowIndependentRowsHaveTheBitsOfEachRowAlone) {
+  const std::pair<int64_t, int64_t> shapes[] = {{13, 96}, {38, 288}, {7, 200}, {16, 64}};
+  for (const WeightType type : kTypes) {
+    for (const auto& [rows, cols] : shapes) {
+      if (type != WeightType::F32 && type != WeightType::F16 && type != WeightType::BF16 && cols % 32 != 0) continue;
+      const StoredWeight w = make_weight(type, rows, cols, static_cast<uint64_t>(rows + 3 * cols));
+      for (const int64_t n : {int64_t{3}, int64_t{8}, int64_t{16}, int64_t{19}}) {
+        SCOPED_TRACE(std::string(weight_type_name(type)) + " " + std::to_string(rows) + "x" + std::to_string(cols) +
+                     " n=" + std::to_string(n));
+        const auto x = random_acts(n, cols, static_cast<uint64_t>(5 * n + 1));
+        std::vector<float> y(static_cast<size_t>(n * rows)), alone(static_cast<size_t>(rows));
+        {
+          const RowIndependentProducts scope;
+          linear_forward<float>(y.data(), x.data(), w.view(), nullptr, n);
+        }
+        for (int64_t r = 0; r < n; ++r) {
+          linear_forward<float>(alone.data(), x.data() + r * cols, w.view(), nullptr, 1);
+          ASSERT_EQ(std::memcmp(alone.data(), y.data() + r * rows, alone.size() * sizeof(float)), 0) << "row " << r;
+        }
+        // And the tiles did the arithmetic the reference states (not just the same wrong sums).
+        std::vector<float> ref(y.size());
+        stored_linear_reference(ref.data(), x.data(), w.view(), n);
+        for (size_t i = 0; i < y.size(); ++i) ASSERT_NEAR(y[i], ref[i], 1e-4 * (1 + std::fabs(ref[i]))) << i;
+      }
+    }
+  }
+}
+
 TEST(StoredLinear, LinearForwardAddsTheBiasAndRefusesABackward) {
   const StoredWeight w = make_weight(WeightType::Q4_0, 6, 64, 3);
   const auto x = random_acts(2, 64, 4);

@@ -68,8 +68,9 @@ void linear_forward(T* y, const T* x, const Weight<T>& W, const T* b, int64_t n)
 // one-row product (n = 1), whatever n is: the few-row kernels of kernels/qlinear.h, whose per-row
 // work does not depend on how many rows share the call, for every n (and, where the one-row
 // product of a float32 weight is OpenBLAS's, one row at a time). A server's batch changes from step
-// to step; with this, a sequence's logits do not change with it. The cost: a batch of 8 or more
-// rows no longer takes the tiled products (measured in bench/serve.sh).
+// to step; with this, a sequence's logits do not change with it. A batch of 8 or more float32 rows
+// takes a register tile of 4 weight rows x 4 activation rows whose every sum is the one-row
+// kernel's (same order, same reduction) instead of the tiled sgemm; bench/serve.sh measures both.
 class RowIndependentProducts {
  public:
   explicit RowIndependentProducts(bool on = true);

@@ -14,8 +14,10 @@
 
 #if defined(__AVX512F__)
 // GCC 12's AVX-512 intrinsics start from _mm512_undefined_ps(), which -Wmaybe-uninitialized
-// reports once inlined (GCC bug 105593, fixed in 13): a false positive, silenced for this file.
+// (and, in a tile of sixteen reductions, -Wuninitialized) reports once inlined (GCC bug 105593,
+// fixed in 13): a false positive, silenced for this file.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
 #endif
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512VNNI__) && \
@@ -288,9 +290,51 @@ float dense_value(WeightType t, const uint8_t* row, int64_t k) {
 // row at a time). Each (weight row, activation row) pair is summed in the same order as before,
 // so the results are the same bits.
 
-// Sixteen weights of a dense row as floats (masked tail).
+// The sum of v's sixteen lanes in _mm512_reduce_add_ps's order (halves, quarters, then pairs: the
+// same bits), spelled out beside hsum16x4, which does the same adds for four vectors at once (the
+// tests hold every tile's rows to the one-row kernel's bits).
+inline float hsum16(__m512 v) {
+  const __m256 h =
+      _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+  const __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+  const __m128 p = _mm_add_ps(q, _mm_shuffle_ps(q, q, _MM_SHUFFLE(1, 0, 3, 2)));
+  return _mm_cvtss_f32(_mm_add_ss(p, _mm_shuffle_ps(p, p, _MM_SHUFFLE(2, 3, 0, 1))));
+}
+
+// hsum16 of four vectors at once, the same adds on the same lanes (so the same bits as four
+// hsum16), a quarter of the shuffles and adds: [a, b, c, d]'s sums.
+inline __m128 hsum16x4(__m512 a, __m512 b, __m512 c, __m512 d) {
+  // Halves: [a.lo + a.hi, b.lo + b.hi] and [c.lo + c.hi, d.lo + d.hi] (256 bits each).
+  const __m512 ab = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(1, 0, 1, 0)),
+                                  _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
+  const __m512 cd = _mm512_add_ps(_mm512_shuffle_f32x4(c, d, _MM_SHUFFLE(1, 0, 1, 0)),
+                                  _mm512_shuffle_f32x4(c, d, _MM_SHUFFLE(3, 2, 3, 2)));
+  // Quarters: one 128-bit lane per vector, [a, b, c, d].
+  const __m512 q = _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, _MM_SHUFFLE(2, 0, 2, 0)),
+                                 _mm512_shuffle_f32x4(ab, cd, _MM_SHUFFLE(3, 1, 3, 1)));
+  // Pairs, then the last two, within each lane; element 0 of each lane is its vector's sum.
+  const __m512 p = _mm512_add_ps(q, _mm512_permute_ps(q, _MM_SHUFFLE(1, 0, 3, 2)));
+  const __m512 t = _mm512_add_ps(p, _mm512_permute_ps(p, _MM_SHUFFLE(2, 3, 0, 1)));
+  return _mm512_castps512_ps128(
+      _mm512_permutexvar_ps(_mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0), t));
+}
+
+// Sixteen weights of a dense row as floats: whole (load16) or a masked tail (load16_masked). Two
+// functions, not a mask of all ones: with a masked load in the loop, GCC 12 stored every
+// accumulator to the stack at each multiply-add, and the stores, not the multiply-adds, set the
+// pace (4 accumulators, 4 stores of 64 bytes a step).
 template <WeightType kT>
-__m512 load16(const uint8_t* row, int64_t k, __mmask16 mk) {
+__m512 load16(const uint8_t* row, int64_t k) {
+  if constexpr (kT == WeightType::F32) {
+    return _mm512_loadu_ps(reinterpret_cast<const float*>(row) + k);
+  } else {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(reinterpret_cast<const uint16_t*>(row) + k));
+    if constexpr (kT == WeightType::BF16) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    return _mm512_cvtph_ps(h);
+  }
+}
+template <WeightType kT>
+__m512 load16_masked(const uint8_t* row, int64_t k, __mmask16 mk) {
   if constexpr (kT == WeightType::F32) {
     return _mm512_maskz_loadu_ps(mk, reinterpret_cast<const float*>(row) + k);
   } else if constexpr (kT == WeightType::BF16) {
@@ -309,20 +353,73 @@ void dense_row_avx512(float* y, int64_t ldy, const Weight<float>& W, int64_t o, 
   const uint8_t* w = row_ptr(W, o);
   __m512 acc[C];
   for (auto& a : acc) a = _mm512_setzero_ps();
-  for (int64_t k = 0; k < in; k += 16) {
-    const __mmask16 mk = in - k >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (in - k)) - 1);
-    const __m512 v = load16<kT>(w, k, mk);
+  // Whole vectors, then the masked tail, written out (a lambda for the step, too, made GCC 12
+  // keep the accumulators on the stack; see load16).
+  int64_t k = 0;
+  for (; k + 16 <= in; k += 16) {
+    const __m512 v = load16<kT>(w, k);
+    for (int j = 0; j < C; ++j) acc[j] = _mm512_fmadd_ps(v, _mm512_loadu_ps(x + j * ldx + k), acc[j]);
+  }
+  if (k < in) {
+    const auto mk = __mmask16((1u << (in - k)) - 1);
+    const __m512 v = load16_masked<kT>(w, k, mk);
     for (int j = 0; j < C; ++j) acc[j] = _mm512_fmadd_ps(v, _mm512_maskz_loadu_ps(mk, x + j * ldx + k), acc[j]);
   }
-  for (int j = 0; j < C; ++j) y[j * ldy + o] = _mm512_reduce_add_ps(acc[j]);
+  for (int j = 0; j < C; ++j) y[j * ldy + o] = hsum16(acc[j]);
+}
+
+// y[j, o + i] for i < 4 weight rows and j < C activation rows: the same sums as dense_row_avx512
+// (each pair's sixteen lanes accumulated over k in order, then reduced alike), a register tile of
+// 4 x C accumulators that loads each activation vector once for four weight rows.
+template <WeightType kT, int C>
+void dense_quad_avx512(float* y, int64_t ldy, const Weight<float>& W, int64_t o, const float* x, int64_t ldx) {
+  const int64_t in = W.cols;
+  const uint8_t* w[4] = {row_ptr(W, o), row_ptr(W, o + 1), row_ptr(W, o + 2), row_ptr(W, o + 3)};
+  __m512 acc[4 * C];  // [i][j] at i * C + j
+  for (auto& a : acc) a = _mm512_setzero_ps();
+  int64_t k = 0;
+  for (; k + 16 <= in; k += 16) {  // whole vectors, then the masked tail (see dense_row_avx512)
+    __m512 v[4];
+    for (int i = 0; i < 4; ++i) v[i] = load16<kT>(w[i], k);
+    for (int j = 0; j < C; ++j) {
+      const __m512 xv = _mm512_loadu_ps(x + j * ldx + k);
+      for (int i = 0; i < 4; ++i) acc[i * C + j] = _mm512_fmadd_ps(v[i], xv, acc[i * C + j]);
+    }
+  }
+  if (k < in) {
+    const auto mk = __mmask16((1u << (in - k)) - 1);
+    __m512 v[4];
+    for (int i = 0; i < 4; ++i) v[i] = load16_masked<kT>(w[i], k, mk);
+    for (int j = 0; j < C; ++j) {
+      const __m512 xv = _mm512_maskz_loadu_ps(mk, x + j * ldx + k);
+      for (int i = 0; i < 4; ++i) acc[i * C + j] = _mm512_fmadd_ps(v[i], xv, acc[i * C + j]);
+    }
+  }
+  for (int j = 0; j < C; ++j)
+    _mm_storeu_ps(y + j * ldy + o, hsum16x4(acc[j], acc[C + j], acc[2 * C + j], acc[3 * C + j]));
 }
 
 template <WeightType kT>
 void dense_rows_avx512(float* y, const Weight<float>& W, const float* x, int64_t n) {
   const int64_t out = W.rows, in = W.cols;
-  parallel_for(out, out * in >= 65536, [&](int64_t o) {
+  if (n < kFewRows) {
+    parallel_for(out, out * in >= 65536, [&](int64_t o) {
+      for_row_tiles(n, 0, [&](auto c, int64_t r) {
+        dense_row_avx512<kT, decltype(c)::value>(y + r * out, out, W, o, x + r * in, in);
+      });
+    });
+    return;
+  }
+  // Many rows (the row-independent products of a batch): the multiply-adds, not the weight
+  // stream, set the pace; four weight rows against four activation rows load 8 vectors for 16
+  // multiply-adds where one weight row took 5 for 4, and reduce four sums at a time. (At 4 rows
+  // the quad ran slower than the one-row streams, the weights then still setting the pace.)
+  parallel_for((out + 3) / 4, out * in >= 65536, [&](int64_t q) {
+    const int64_t o = 4 * q;
     for_row_tiles(n, 0, [&](auto c, int64_t r) {
-      dense_row_avx512<kT, decltype(c)::value>(y + r * out, out, W, o, x + r * in, in);
+      constexpr int kC = decltype(c)::value;
+      if (o + 4 <= out) return dense_quad_avx512<kT, kC>(y + r * out, out, W, o, x + r * in, in);
+      for (int64_t i = o; i < out; ++i) dense_row_avx512<kT, kC>(y + r * out, out, W, i, x + r * in, in);
     });
   });
 }
@@ -642,7 +739,7 @@ void bf16_row(float* y, int64_t ldy, const Weight<float>& W, int64_t o, const ui
     for (int j = 0; j < C; ++j)
       acc[j] = _mm512_dpbf16_ps(acc[j], v, reinterpret_cast<__m512bh>(_mm512_maskz_loadu_epi16(mk, xb + j * in + k)));
   }
-  for (int j = 0; j < C; ++j) y[j * ldy + o] = _mm512_reduce_add_ps(acc[j]);
+  for (int j = 0; j < C; ++j) y[j * ldy + o] = hsum16(acc[j]);
 }
 
 void bf16_rows(float* y, const Weight<float>& W, const float* x, int64_t n) {
