@@ -733,8 +733,16 @@ void bf16_row(float* y, int64_t ldy, const Weight<float>& W, int64_t o, const ui
   const auto* w = reinterpret_cast<const uint16_t*>(row_ptr(W, o));
   __m512 acc[C];
   for (auto& v : acc) v = _mm512_setzero_ps();
-  for (int64_t k = 0; k < in; k += 32) {
-    const __mmask32 mk = in - k >= 32 ? ~__mmask32(0) : (__mmask32(1) << (in - k)) - 1;
+  // Whole vectors, then the masked tail (see load16: a mask in the loop kept the accumulators of
+  // the 2- and 3-row tiles on the stack).
+  int64_t k = 0;
+  for (; k + 32 <= in; k += 32) {
+    const auto v = reinterpret_cast<__m512bh>(_mm512_loadu_si512(w + k));
+    for (int j = 0; j < C; ++j)
+      acc[j] = _mm512_dpbf16_ps(acc[j], v, reinterpret_cast<__m512bh>(_mm512_loadu_si512(xb + j * in + k)));
+  }
+  if (k < in) {
+    const auto mk = (__mmask32(1) << (in - k)) - 1;
     const auto v = reinterpret_cast<__m512bh>(_mm512_maskz_loadu_epi16(mk, w + k));
     for (int j = 0; j < C; ++j)
       acc[j] = _mm512_dpbf16_ps(acc[j], v, reinterpret_cast<__m512bh>(_mm512_maskz_loadu_epi16(mk, xb + j * in + k)));
