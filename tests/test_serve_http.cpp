@@ -279,6 +279,7 @@ TEST_F(ServeHttpTest, WidgetEndpointsAnswerWithTheKernelsNumbers) {
       json::parse(post("/widgets/rope", {{"q", {1, 2}}, {"k", {3, -1}}, {"m", 13}, {"n", 17}, {"theta", 0.3}}).body);
   EXPECT_NEAR(r1["rotated"].get<double>(), r1["relative"].get<double>(), 1e-12);
   EXPECT_EQ(r1["difference"].get<double>(), r1["rotated"].get<double>() - r1["relative"].get<double>());
+  EXPECT_LT(std::fabs(r1["difference"].get<double>()), 1e-12);
   EXPECT_NEAR(r1["rotated"].get<double>(), r2["rotated"].get<double>(), 1e-12);
   // A shift below position zero (the page's shift box takes any integer) is answered, not refused.
   const json r3 =

@@ -92,6 +92,7 @@ TEST(Widgets, RopeTurnsNegativePositionsTheOtherWay) {
   EXPECT_NEAR(one.rotated, std::cos(1.0) + 2 * std::sin(1.0), 1e-12);
   EXPECT_NEAR(rope_scores(q, k, -13, -9, 0.3).rotated, r.rotated, 1e-12);
   EXPECT_ERROR(rope_scores(q, k, -(int64_t{1} << 41), 0, 0.3), ErrorKind::BadInput, "position");
+  EXPECT_ERROR(rope_scores(q, k, std::numeric_limits<int64_t>::min(), 0, 0.3), ErrorKind::BadInput, "position");
 }
 
 TEST(Widgets, LayerNormShiftCancelsScaleCancelsButForEps) {

@@ -377,9 +377,11 @@ async function start() {
   try {
     props = await get("/props");
   } catch (e) {
+    // Any failure but a refused key (a 401 under --api-key): no key would help, so say what failed.
+    if (e.status !== 401) return fail($("model-line"), e);
     // Under --api-key: ask for the key, keep it for this tab, and start again with it.
     $("key-form").hidden = false;
-    $("key-note").textContent = e.status === 401 ? "This server wants an API key (tformer serve --api-key)." : String(e.message);
+    $("key-note").textContent = "This server wants an API key (tformer serve --api-key).";
     $("key-form").onsubmit = (ev) => {
       ev.preventDefault();
       sessionStorage.setItem("tformer-api-key", $("key-input").value);

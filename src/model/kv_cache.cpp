@@ -73,17 +73,18 @@ HeadsView<T> BasicKVCache<T>::values(int64_t layer) {
 
 template <typename T>
 int64_t BasicKVCache<T>::payload_bytes() const {
-  return 2 * n_layers_ * batch_ * n_kv_heads_ * capacity_ * head_dim_ * static_cast<int64_t>(sizeof(T));
+  return 2 * n_layers_ * batch_ * n_kv_heads_ * capacity_ * head_dim_ * kEntryBytes;
 }
 
 template <typename T>
 int64_t BasicKVCache<T>::used_bytes() const {
   const int64_t tokens = std::accumulate(length_.begin(), length_.end(), int64_t{0});
-  return 2 * n_layers_ * n_kv_heads_ * tokens * head_dim_ * static_cast<int64_t>(sizeof(T));
+  return 2 * n_layers_ * n_kv_heads_ * tokens * head_dim_ * kEntryBytes;
 }
 
 template <typename T>
 int64_t BasicKVCache<T>::allocated_bytes() const {
+  // From the arrays themselves (their length and element type), not the formula above.
   return static_cast<int64_t>((k_.size() + v_.size()) * sizeof(typename decltype(k_)::value_type));
 }
 

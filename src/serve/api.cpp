@@ -365,8 +365,10 @@ json Api::widget(const std::string& name, const json& body) const {
     const int64_t kv = int_field(body, "kv_heads", c.n_kv_heads, 1, c.n_heads);
     if (c.n_heads % kv != 0)
       bad_request(fmt::format("'kv_heads' must divide the model's {} query heads, got {}", c.n_heads, kv));
-    return {{"payload_bytes_with_kv_heads",
-             widgets::kv_cache_payload_bytes(c.n_layers, batch, kv, tokens, c.head_dim(), KVCache::kEntryBytes)},
+    auto payload = [&](int64_t heads) {
+      return widgets::kv_cache_payload_bytes(c.n_layers, batch, heads, tokens, c.head_dim(), KVCache::kEntryBytes);
+    };
+    return {{"payload_bytes_with_kv_heads", payload(kv)},
             {"with_kv_heads", kv},
             {"keys_and_values", 2},  // the formula's factor: a key and a value per entry
             {"layers", c.n_layers},
@@ -376,10 +378,8 @@ json Api::widget(const std::string& name, const json& body) const {
             {"tokens", tokens},
             {"batch", batch},
             {"bytes_per_entry", KVCache::kEntryBytes},
-            {"payload_bytes", widgets::kv_cache_payload_bytes(c.n_layers, batch, c.n_kv_heads, tokens, c.head_dim(),
-                                                              KVCache::kEntryBytes)},
-            {"payload_bytes_one_kv_head_per_query_head",
-             widgets::kv_cache_payload_bytes(c.n_layers, batch, c.n_heads, tokens, c.head_dim(), KVCache::kEntryBytes)},
+            {"payload_bytes", payload(c.n_kv_heads)},
+            {"payload_bytes_one_kv_head_per_query_head", payload(c.n_heads)},
             {"engine_bytes", engine().cache_bytes()},
             {"engine_slots", o.parallel},
             {"engine_context", o.context}};

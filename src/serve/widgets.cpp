@@ -123,12 +123,11 @@ RopeScores rope_scores(const Vec2& q, const Vec2& k, int64_t m, int64_t n, doubl
   if (!(theta > 0 && theta <= 1))
     fail_input("theta", "RoPE widget: theta is {}; it must be in (0, 1] radians per position", theta);
   constexpr int64_t kMaxPosition = int64_t{1} << 40;  // far past any context; keeps n - m exact
-  if (std::llabs(m) > kMaxPosition || std::llabs(n) > kMaxPosition)
+  if (m < -kMaxPosition || m > kMaxPosition || n < -kMaxPosition || n > kMaxPosition)
     fail_input("position", "RoPE widget: positions {} and {} must be within +-{}", m, n, kMaxPosition);
   RopeScores r;
   r.rotated = dot(rotate(q, m, theta), rotate(k, n, theta));
-  // q . R(d theta) k with d = n - m; for d < 0, (R(-d theta) q) . k, the same number.
-  r.relative = n >= m ? dot(q, rotate(k, n - m, theta)) : dot(rotate(q, m - n, theta), k);
+  r.relative = dot(q, rotate(k, n - m, theta));  // q . R((n - m) theta) k, either sign of n - m
   return r;
 }
 

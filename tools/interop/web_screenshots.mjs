@@ -11,8 +11,8 @@
 //   node tools/interop/web_screenshots.mjs --tformer $T --run /tmp/shots-run --out docs/images
 // (a byte-level BPE vocabulary, so that the tokenizer shows fewer tokens than characters)
 import path from "node:path";
-import {chromium} from "playwright-core";
 import {startServer} from "./serve_lib.mjs";
+import {launchChromium, SECTIONS} from "./web_lib.mjs";
 
 const args = process.argv.slice(2);
 const flag = (name, fallback) => {
@@ -26,9 +26,7 @@ const out = path.resolve(flag("--out", "docs/images"));
 
 const server = startServer(tformer, ["--model", model, "--run", runDir, "--port", "0"]);
 const url = await server.url;
-const browser = await chromium.launch({executablePath: "/usr/bin/chromium",
-  args: ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync"]});
+const browser = await launchChromium();
 try {
   const page = await browser.newPage({viewport: {width: 1200, height: 900}, deviceScaleFactor: 1});
   await page.goto(url + "/");
@@ -49,7 +47,7 @@ try {
   await page.fill("#pg-max", "110");
   await page.click("#pg-go");
   await page.waitForSelector("#pg-stats .num", {timeout: 60000});
-  for (const id of ["playground", "tokenizer", "attention", "rope", "layernorm", "kv", "training"]) {
+  for (const id of SECTIONS) {
     const file = path.join(out, `web-${id}.png`);
     const section = page.locator("#" + id);
     await section.scrollIntoViewIfNeeded();
