@@ -15,9 +15,9 @@ namespace tformer {
 namespace {
 
 constexpr int64_t kParallelElements = int64_t(1) << 15;
-// Forward activations cost an exp or erf each (tens of ns in double): a decode step's 2048 of them
-// took 11% of a 110M Q4_0 token on one thread while the other waited (perf, Zen 4), so they split
-// from this many on.
+// SwiGLU's forward costs an exp in double per value (tens of ns): a 110M decode step's 2048 ran on
+// one thread while the other waited (perf of a Q4_0 decode on the Zen 4: 3% of all samples, about
+// 6% of the calling thread's time), so it splits from this many values on.
 constexpr int64_t kParallelTranscendentals = 1024;
 
 constexpr double kInvSqrt2 = 0.70710678118654752440;     // 1/sqrt(2)
