@@ -12,7 +12,7 @@
 //   1. llama.cpp's next-token probabilities at every position of a random sequence against the
 //      softmax of `tformer logits` on the exported file (tformer's import) and on the original
 //      model; the largest absolute difference must stay within the model's bound (BOUNDS below).
-//   2. Greedy tokens after a 4-token prompt (64 for the fixtures, 24 live): llama.cpp's and tformer's identical.
+//   2. 64 greedy tokens after a 4-token prompt: llama.cpp's and tformer's identical.
 //   3. @huggingface/gguf reads the file: architecture, counts, tensor names, shapes and types.
 // Then files from outside: tools/reference/gen_gguf_fixtures.py's GGUF files (an independent
 // writer) and the Hugging Face fixture folders imported and exported by tformer, each run by
@@ -155,9 +155,8 @@ async function checkModel(m, index) {
   if (!ok) failures++;
   if (m.config.activation === "gelu") console.log(`     export said: ${report.trim().split("\n").pop().trim()}`);
 
-  // 64 greedy tokens for the fixtures; 24 in the live check, which runs tformer once per token
-  // (the live check's time is mostly this loop, and CI has 15 minutes for everything).
-  const prompt = ids.slice(0, 4), n = fixtures ? 64 : 24;
+  // 64 greedy tokens (tformer runs once per token, llama.cpp evaluates one token per call).
+  const prompt = ids.slice(0, 4), n = 64;
   const gCpp = await llamaCppGreedy(out, prompt, n, V, m.config.context_length);
   const gTf = tformerGreedy(out, prompt, n, V);
   const same = gCpp.every((t, i) => t === gTf[i]);

@@ -58,10 +58,15 @@ export function maxAbsDiff(a, b) {
 // prebuilt CPU backend gives NaN and wrong probabilities for Q8_0 and Q4_0 weights in batches of
 // 32 rows or more (its AMX path), while batches of fewer rows and one-token decoding agree with
 // tformer to 2.6e-7 (seen on this workplace's Xeon; AMD's Zen 4 has no AMX and never showed it).
+// threads: 1 -- node-llama-cpp's default thread count took 270 ms for each evaluation of these tiny
+// models on 2 cores (threads woken and put back to sleep), one thread 1 ms; ggml computes each dot
+// product on one thread whatever their number, so the probabilities are the same.
+const kThreads = 1;
+
 export async function llamaCppProbs(llama, ggufPath, ids, V, contextSize, batchSize = contextSize) {
   const model = await llama.loadModel({modelPath: ggufPath});
   const ctx = await model.createContext({
-    contextSize, batchSize, experimentalKvCacheKeyType: "F32", experimentalKvCacheValueType: "F32",
+    contextSize, batchSize, threads: kThreads, experimentalKvCacheKeyType: "F32", experimentalKvCacheValueType: "F32",
     flashAttention: false,  // llama.cpp's CPU flash attention rounds the queries to F16 (errors ~1e-3)
   });
   const seq = ctx.getSequence();
@@ -78,7 +83,8 @@ export async function llamaCppProbs(llama, ggufPath, ids, V, contextSize, batchS
 export async function llamaCppGreedy(llama, ggufPath, prompt, n, V, contextSize) {
   const model = await llama.loadModel({modelPath: ggufPath});
   const ctx = await model.createContext({
-    contextSize, batchSize: contextSize, experimentalKvCacheKeyType: "F32", experimentalKvCacheValueType: "F32",
+    contextSize, batchSize: contextSize, threads: kThreads, experimentalKvCacheKeyType: "F32",
+    experimentalKvCacheValueType: "F32",
     flashAttention: false,  // llama.cpp's CPU flash attention rounds the queries to F16 (errors ~1e-3)
   });
   const seq = ctx.getSequence();
