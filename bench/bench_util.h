@@ -66,6 +66,34 @@ inline double read_bandwidth_gbs(int reps) {
   return median(rates);
 }
 
+// Seconds to read `bytes` on every thread, plainly, from a 1 GiB buffer (allocated and touched on
+// the first call, then kept), each call at the next offset so that no call finds the bytes of the
+// last in a cache: a bound measured beside the step whose bound it is (bench_quant reads a decode
+// step's bytes right after each step; this shared machine's bandwidth moved between 25 and 47 GB/s
+// from one second to the next, so a bound taken minutes or seconds apart is not that step's).
+inline double read_seconds(double bytes) {
+  const int64_t size = int64_t{1} << 28;  // floats
+  static const std::vector<float> buf(size, 1.0f);
+  static int64_t offset = 0;
+  const int64_t n = std::min<int64_t>(size, static_cast<int64_t>(bytes / 4) / 256 * 256);
+  if (offset + n > size) offset = 0;
+  const float* p = buf.data() + offset;
+  offset += n;
+  double total = 0;
+  const auto t0 = clock_type::now();
+#pragma omp parallel reduction(+ : total)
+  {
+    float acc[128] = {};  // independent sums, as in read_bandwidth_gbs
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < n; i += 128)
+      for (int k = 0; k < 128; ++k) acc[k] += p[i + k];
+    for (float a : acc) total += a;
+  }
+  const double t = seconds_since(t0);
+  if (total < 0) std::abort();
+  return t;
+}
+
 // main() of a Google Benchmark program, with OpenBLAS's build, OPENBLAS_CORETYPE and a note on
 // the peak in the printed context.
 inline int benchmark_main(int argc, char** argv, const char* peak_note) {

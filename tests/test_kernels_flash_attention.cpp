@@ -229,6 +229,25 @@ void decode_over_long_caches(std::vector<test::OpCase>& cases) {
       c.seed = static_cast<uint64_t>(kv * 3 + kvh);
       cases.push_back(against_reference<float>(kFlashDecode, c));
     }
+  // The float decode's AVX-512 path (head sizes 16 to 128 in steps of 16, no key_valid row): cache
+  // layout, every head size it takes and one it does not (72), GQA, lengths below and past 4, 16
+  // and a chunk.
+  for (int64_t kv : {1, 3, 7, 21, 255, 300})
+    for (int64_t hd : {16, 32, 48, 64, 72, 128})
+      for (int64_t kvh : {4, 2}) {
+        Case c;
+        c.batch = 2;
+        c.n_q = 1;
+        c.n_kv = kv + 5;
+        c.n_heads = 4;
+        c.n_kv_heads = kvh;
+        c.head_dim = hd;
+        c.cache_layout = true;
+        c.q_offset = {kv - 1, std::max<int64_t>(0, kv / 2 - 1)};
+        c.kv_len = {kv, std::max<int64_t>(1, kv / 2)};
+        c.seed = static_cast<uint64_t>(kv * 5 + hd + kvh);
+        cases.push_back(against_reference<float>(kFlashDecode, c));
+      }
   // Causal decode whose cache holds real keys past the query's position (q_offset < kv_len - 1):
   // the causal limit, not kv_len, must stop it; the limit falls inside a chunk and on its edge.
   for (int64_t off : {0, 300, 511}) {

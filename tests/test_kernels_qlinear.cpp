@@ -229,6 +229,67 @@ TEST(StoredLinear, RowIndependentRowsHaveTheBitsOfEachRowAlone) {
   }
 }
 
+// Products of one input (decode's q, k, v and w1, w3 in one pass): each part's result has the bits
+// of linear_forward on that weight alone, for every type, few rows and many, with and without
+// row-independent products, parts of different heights (rows not a multiple of 4) and biases;
+// weights of two types or widths are refused.
+TEST(StoredLinear, SharedInputProductsHaveTheBitsOfSeparateProducts) {
+  const int64_t heights[] = {13, 38, 7};
+  for (const WeightType type : kTypes) {
+    for (const int64_t cols : {int64_t{96}, int64_t{288}}) {
+      std::vector<StoredWeight> w;
+      std::vector<std::vector<float>> bias;
+      for (size_t i = 0; i < 3; ++i) {
+        w.push_back(make_weight(type, heights[i], cols, 100 + 7 * i + static_cast<uint64_t>(cols)));
+        bias.emplace_back(random_acts(1, heights[i], 40 + i));
+      }
+      const Weight<float> v0 = w[0].view(), v1 = w[1].view(), v2 = w[2].view();
+      for (const int64_t n : {int64_t{1}, int64_t{3}, int64_t{9}}) {
+        for (const bool independent : {false, true}) {
+          SCOPED_TRACE(std::string(weight_type_name(type)) + " cols=" + std::to_string(cols) +
+                       " n=" + std::to_string(n) + (independent ? " row-independent" : ""));
+          const auto x = random_acts(n, cols, static_cast<uint64_t>(9 * n + cols));
+          std::vector<std::vector<float>> shared(3), alone(3);
+          for (size_t i = 0; i < 3; ++i) {
+            shared[i].assign(static_cast<size_t>(n * heights[i]), -1.0f);
+            alone[i].assign(shared[i].size(), -2.0f);
+          }
+          {
+            const RowIndependentProducts scope(independent);
+            linear_forward_shared<float>({{shared[0].data(), &v0, bias[0].data()},
+                                          {shared[1].data(), &v1, nullptr},
+                                          {shared[2].data(), &v2, bias[2].data()}},
+                                         x.data(), n);
+            linear_forward<float>(alone[0].data(), x.data(), v0, bias[0].data(), n);
+            linear_forward<float>(alone[1].data(), x.data(), v1, nullptr, n);
+            linear_forward<float>(alone[2].data(), x.data(), v2, bias[2].data(), n);
+          }
+          for (size_t i = 0; i < 3; ++i) {
+            ASSERT_EQ(std::memcmp(shared[i].data(), alone[i].data(), shared[i].size() * sizeof(float)), 0)
+                << "part " << i;
+            // and they are products, not two copies of one wrong answer
+            std::vector<float> ref(shared[i].size());
+            stored_linear_reference(ref.data(), x.data(), w[i].view(), n);
+            for (size_t k = 0; k < ref.size(); ++k) {
+              const float b = i == 1 ? 0.0f : bias[i][k % static_cast<size_t>(heights[i])];
+              ASSERT_NEAR(shared[i][k], ref[k] + b, 1e-4 * (1 + std::fabs(ref[k]))) << "part " << i << " at " << k;
+            }
+          }
+        }
+      }
+    }
+  }
+  const StoredWeight a = make_weight(WeightType::Q8_0, 4, 64, 1), b = make_weight(WeightType::Q4_0, 4, 64, 2),
+                     c = make_weight(WeightType::Q8_0, 4, 96, 3);
+  const auto x = random_acts(1, 96, 5);
+  std::vector<float> y0(4), y1(4);
+  const Weight<float> va = a.view(), vb = b.view(), vc = c.view();
+  EXPECT_ERROR(stored_linear_shared(std::vector<StoredProduct>{{y0.data(), &va}, {y1.data(), &vb}}, x.data(), 1),
+               ErrorKind::Internal, "", "one type and width");
+  EXPECT_ERROR(stored_linear_shared(std::vector<StoredProduct>{{y0.data(), &va}, {y1.data(), &vc}}, x.data(), 1),
+               ErrorKind::Internal, "", "one type and width");
+}
+
 TEST(StoredLinear, LinearForwardAddsTheBiasAndRefusesABackward) {
   const StoredWeight w = make_weight(WeightType::Q4_0, 6, 64, 3);
   const auto x = random_acts(2, 64, 4);

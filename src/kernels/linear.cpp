@@ -1,5 +1,7 @@
 #include "kernels/linear.h"
 
+#include <array>
+
 #include "kernels/matmul.h"
 #include "kernels/qlinear.h"
 
@@ -13,17 +15,33 @@ RowIndependentProducts::RowIndependentProducts(bool on) : previous_(row_independ
 RowIndependentProducts::~RowIndependentProducts() { row_independent = previous_; }
 bool row_independent_products() { return row_independent; }
 
+namespace {
+
+// The stored types always, and with AVX-512 the one-row product of a dense weight too (decode:
+// our few-row kernel streams the weights at the bandwidth bound, where OpenBLAS's sgemv, held to
+// AVX2, did not). Row-independent products of a dense weight take the few-row kernel for every n.
+bool own_kernel(const Weight<float>& W, int64_t n) {
+#if defined(__AVX512F__)
+  return !W.is_dense() || n == 1 || row_independent;
+#else
+  (void)n;
+  return !W.is_dense();
+#endif
+}
+
+void add_bias(float* y, const float* b, int64_t n, int64_t out) {
+  if (b)
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t o = 0; o < out; ++o) y[r * out + o] += b[o];
+}
+
+}  // namespace
+
 template <typename T>
 void linear_forward(T* y, const T* x, const Weight<T>& W, const T* b, int64_t n) {
   if constexpr (std::is_same_v<T, float>) {
-    // The stored types always, and with AVX-512 the one-row product of a dense weight too (decode:
-    // our few-row kernel streams the weights at the bandwidth bound, where OpenBLAS's sgemv,
-    // held to AVX2, did not). Row-independent products of a dense weight take the few-row kernel
-    // for every n.
-#if defined(__AVX512F__)
-    const bool own = !W.is_dense() || n == 1 || row_independent;
-#else
-    const bool own = !W.is_dense();
+    const bool own = own_kernel(W, n);
+#if !defined(__AVX512F__)
     if (W.is_dense() && n > 1 && row_independent) {
       for (int64_t r = 0; r < n; ++r) linear_forward<T>(y + r * W.rows, x + r * W.cols, W, b, 1);
       return;
@@ -31,14 +49,32 @@ void linear_forward(T* y, const T* x, const Weight<T>& W, const T* b, int64_t n)
 #endif
     if (own) {
       stored_linear(y, x, W, n);
-      if (b)
-        for (int64_t r = 0; r < n; ++r)
-          for (int64_t o = 0; o < W.rows; ++o) y[r * W.rows + o] += b[o];
+      add_bias(y, b, n, W.rows);
       return;
     }
   }
   TF_CHECK(W.is_dense(), "linear: a {} weight multiplies float activations only", weight_type_name(W.type));
   linear_forward<T>(y, x, W.dense_values(), b, n, W.cols, W.rows);
+}
+
+template <typename T>
+void linear_forward_shared(std::initializer_list<LinearOut<T>> outs, const T* x, int64_t n) {
+  if constexpr (std::is_same_v<T, float>) {
+    std::array<StoredProduct, 4> parts;  // (a fixed array: a decode step allocates nothing)
+    bool shared = outs.size() > 1 && outs.size() <= parts.size();
+    const Weight<float>* first = outs.begin()->W;
+    size_t k = 0;
+    for (const LinearOut<T>& o : outs) {
+      shared = shared && own_kernel(*o.W, n) && o.W->type == first->type && o.W->cols == first->cols;
+      if (k < parts.size()) parts[k++] = {o.y, o.W};
+    }
+    if (shared) {
+      stored_linear_shared(std::span<const StoredProduct>(parts.data(), k), x, n);
+      for (const LinearOut<T>& o : outs) add_bias(o.y, o.b, n, o.W->rows);
+      return;
+    }
+  }
+  for (const LinearOut<T>& o : outs) linear_forward<T>(o.y, x, *o.W, o.b, n);
 }
 
 template <typename T>
@@ -50,6 +86,8 @@ void linear_backward(T* dx, T* dW, T* db, const T* dy, const T* x, const Weight<
 
 template void linear_forward<float>(float*, const float*, const Weight<float>&, const float*, int64_t);
 template void linear_forward<double>(double*, const double*, const Weight<double>&, const double*, int64_t);
+template void linear_forward_shared<float>(std::initializer_list<LinearOut<float>>, const float*, int64_t);
+template void linear_forward_shared<double>(std::initializer_list<LinearOut<double>>, const double*, int64_t);
 template void linear_backward<float>(float*, float*, float*, const float*, const float*, const Weight<float>&, int64_t);
 template void linear_backward<double>(double*, double*, double*, const double*, const double*, const Weight<double>&,
                                       int64_t);

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <type_traits>
 
 #include "core/error.h"
@@ -62,6 +63,19 @@ struct Weight {
 // y: [n, W.rows]; x: [n, W.cols]; b: [W.rows] or null.
 template <typename T>
 void linear_forward(T* y, const T* x, const Weight<T>& W, const T* b, int64_t n);
+
+// The products of one input x [n, in] by several weights of the same width (a layer's q, k and v;
+// its w1 and w3): outs[i].y = x outs[i].W^T + outs[i].b. Each result has the bits of its own
+// linear_forward; where those are the few-row kernels of one stored type, the products share one
+// pass (kernels/qlinear.h: stored_linear_shared), which is what decode gains from it.
+template <typename T>
+struct LinearOut {
+  T* y = nullptr;
+  const Weight<T>* W = nullptr;
+  const T* b = nullptr;
+};
+template <typename T>
+void linear_forward_shared(std::initializer_list<LinearOut<T>> outs, const T* x, int64_t n);
 
 // Row-independent products. While a RowIndependentProducts object lives on a thread, every float
 // linear_forward that thread calls computes each row of y with exactly the arithmetic of the

@@ -83,6 +83,19 @@ void for_row_tiles(int64_t n, int64_t r, F&& f) {
   }
 }
 
+// The products of one input (stored_linear_shared): every part's rows, in order, as one range
+// split over the threads; f(part, row of that part). One row's work does not depend on which call
+// or which thread computes it, so the results are the bits of separate calls.
+template <typename F>
+void for_part_rows(std::span<const StoredProduct> parts, F&& f) {
+  int64_t total = 0;
+  for (const StoredProduct& p : parts) total += p.W->rows;
+  parallel_for(total, total * parts[0].W->cols >= 65536, [&](int64_t i) {
+    size_t k = 0;
+    while (i >= parts[k].W->rows) i -= parts[k++].W->rows;
+    f(parts[k], i);
+  });
+}
 // ---------------------------------------------------------------------------------------------
 // Activations quantized to Q8_0 (ggml's reference rule), one row at a time.
 //   q    [n, in]     int8 values
@@ -223,10 +236,11 @@ int32_t block_dot(const uint8_t* wrow, int64_t b, int64_t nb, const int8_t* xq, 
 // Portable forms (also the reference's building blocks).
 
 template <WeightType kT>
-[[maybe_unused]] void block_rows_plain(float* y, const Weight<float>& W, const QuantActs& a) {
-  const int64_t out = W.rows;
-  parallel_for(out, out * W.cols >= 65536, [&](int64_t o) {
-    const uint8_t* w = row_ptr(W, o);
+[[maybe_unused]] void block_rows_plain(std::span<const StoredProduct> parts, const QuantActs& a) {
+  for_part_rows(parts, [&](const StoredProduct& part, int64_t o) {
+    float* y = part.y;
+    const int64_t out = part.W->rows;
+    const uint8_t* w = row_ptr(*part.W, o);
     for (int64_t r = 0; r < a.n; ++r) {
       float acc = 0;
       for (int64_t b = 0; b < a.nb; ++b) {
@@ -260,12 +274,14 @@ float dense_value(WeightType t, const uint8_t* row, int64_t k) {
 }
 
 // F32 / F16 / BF16, few rows, portable: each weight row converted once into a float row buffer.
-[[maybe_unused]] void dense_rows_plain(float* y, const Weight<float>& W, const float* x, int64_t n) {
-  const int64_t out = W.rows, in = W.cols;
-  parallel_for(out, out * in >= 65536, [&](int64_t o) {
+[[maybe_unused]] void dense_rows_plain(std::span<const StoredProduct> parts, const float* x, int64_t n) {
+  const int64_t in = parts[0].W->cols;
+  for_part_rows(parts, [&](const StoredProduct& part, int64_t o) {
+    float* y = part.y;
+    const int64_t out = part.W->rows;
     const ScratchBuffer<float> wr(kSlotPanel, static_cast<size_t>(in), ScratchBuffer<float>::Unfilled{});
     float* w = wr.data();
-    dequantize_weight_rows(w, W, o, o + 1);
+    dequantize_weight_rows(w, *part.W, o, o + 1);
     for (int64_t r = 0; r < n; ++r) {
       float acc = 0;
       const float* xr = x + r * in;
@@ -399,21 +415,13 @@ void dense_quad_avx512(float* y, int64_t ldy, const Weight<float>& W, int64_t o,
     _mm_storeu_ps(y + j * ldy + o, hsum16x4(acc[j], acc[C + j], acc[2 * C + j], acc[3 * C + j]));
 }
 
+// Many rows (the row-independent products of a batch): the multiply-adds, not the weight
+// stream, set the pace; four weight rows against four activation rows load 8 vectors for 16
+// multiply-adds where one weight row took 5 for 4, and reduce four sums at a time. (At 4 rows
+// the quad ran slower than the one-row streams, the weights then still setting the pace.)
 template <WeightType kT>
-void dense_rows_avx512(float* y, const Weight<float>& W, const float* x, int64_t n) {
+void dense_quads_avx512(float* y, const Weight<float>& W, const float* x, int64_t n) {
   const int64_t out = W.rows, in = W.cols;
-  if (n < kFewRows) {
-    parallel_for(out, out * in >= 65536, [&](int64_t o) {
-      for_row_tiles(n, 0, [&](auto c, int64_t r) {
-        dense_row_avx512<kT, decltype(c)::value>(y + r * out, out, W, o, x + r * in, in);
-      });
-    });
-    return;
-  }
-  // Many rows (the row-independent products of a batch): the multiply-adds, not the weight
-  // stream, set the pace; four weight rows against four activation rows load 8 vectors for 16
-  // multiply-adds where one weight row took 5 for 4, and reduce four sums at a time. (At 4 rows
-  // the quad ran slower than the one-row streams, the weights then still setting the pace.)
   parallel_for((out + 3) / 4, out * in >= 65536, [&](int64_t q) {
     const int64_t o = 4 * q;
     for_row_tiles(n, 0, [&](auto c, int64_t r) {
@@ -422,6 +430,21 @@ void dense_rows_avx512(float* y, const Weight<float>& W, const float* x, int64_t
       for (int64_t i = o; i < out; ++i) dense_row_avx512<kT, kC>(y + r * out, out, W, i, x + r * in, in);
     });
   });
+}
+
+template <WeightType kT>
+void dense_rows_avx512(std::span<const StoredProduct> parts, const float* x, int64_t n) {
+  const int64_t in = parts[0].W->cols;
+  if (n < kFewRows) {
+    for_part_rows(parts, [&](const StoredProduct& part, int64_t o) {
+      const int64_t out = part.W->rows;
+      for_row_tiles(n, 0, [&](auto c, int64_t r) {
+        dense_row_avx512<kT, decltype(c)::value>(part.y + r * out, out, *part.W, o, x + r * in, in);
+      });
+    });
+    return;
+  }
+  for (const StoredProduct& part : parts) dense_quads_avx512<kT>(part.y, *part.W, x, n);
 }
 #endif
 
@@ -449,14 +472,20 @@ inline float hsum8(__m256 v) {
   return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
 }
 
-// Few rows: y[r0 + j, o] for j < C activation rows, weight row o block by block.
+// Few rows: y[r0 + j, o] for j < C activation rows, weight row o block by block. Each activation
+// row keeps kChains float accumulators, block (or Q4_0_R8 block pair) i adding into chain i %
+// kChains, summed at the end: with one chain a block waited for the previous block's multiply-add
+// (4 cycles on a Zen 4), which held one core to about 17 GB/s of Q4_0 and Q8_0 from L2, below
+// what a decode needs from each of two cores to stream the weights at the read bandwidth.
+constexpr int kChains = 4;
 template <WeightType kT, int C>
 void block_row_vnni(float* y, int64_t ldy, const Weight<float>& W, int64_t o, const QuantActs& a, int64_t r0) {
   constexpr bool kQ4 = kT == WeightType::Q4_0 || kT == WeightType::Q4_0_R8;
   constexpr bool kR8Layout = kT == WeightType::Q4_0_R8;
   const uint8_t* w = row_ptr(W, o);
-  __m256 acc[C];
-  for (auto& v : acc) v = _mm256_setzero_ps();
+  __m256 acc[C][kChains];
+  for (auto& row : acc)
+    for (auto& v : row) v = _mm256_setzero_ps();
   const __m256i c128 = _mm256_set1_epi8(static_cast<char>(0x80)), low4 = _mm256_set1_epi8(0x0F);
   const __m256i zero = _mm256_setzero_si256();
   const __m256i high_half_by_4 = _mm256_set_epi64x(4, 4, 0, 0);  // Q4_0: the high nibbles to the upper half
@@ -474,28 +503,26 @@ void block_row_vnni(float* y, int64_t ldy, const Weight<float>& W, int64_t o, co
   int64_t b0 = 0;
   if constexpr (kR8Layout) {
     // Whole groups of eight blocks: the group's scales as one vector, two blocks' nibbles a load;
-    // the activations arranged to match (QuantActs::pair_q).
+    // the activations arranged to match (QuantActs::pair_q). Pair p adds into chain p.
+    static_assert(kChains == 4);
     const __m256i pidx[4] = {_mm256_set_epi32(1, 1, 1, 1, 0, 0, 0, 0), _mm256_set_epi32(3, 3, 3, 3, 2, 2, 2, 2),
                              _mm256_set_epi32(5, 5, 5, 5, 4, 4, 4, 4), _mm256_set_epi32(7, 7, 7, 7, 6, 6, 6, 6)};
     for (int64_t g = 0; g < a.groups; ++g) {
       const uint8_t* group = w + g * kR8GroupBytes;
       const __m256 dwg = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(group)));
-      __m256i lo[4], hi[4];
+      __m256 sc[C];
+      for (int j = 0; j < C; ++j) sc[j] = _mm256_mul_ps(dwg, _mm256_loadu_ps(xd[j] + g * kR8));
       for (int p = 0; p < 4; ++p) {
         const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(group + 2 * kR8 + 32 * p));
-        lo[p] = _mm256_and_si256(v, low4);
-        hi[p] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
-      }
-      for (int j = 0; j < C; ++j) {
-        const __m256 sc = _mm256_mul_ps(dwg, _mm256_loadu_ps(xd[j] + g * kR8));
-        const int64_t cell = ((r0 + j) * a.groups + g) * 4;
-        for (int p = 0; p < 4; ++p) {
-          const int8_t* xp = a.pair_q + (cell + p) * 64;
+        const __m256i lo = _mm256_and_si256(v, low4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+        for (int j = 0; j < C; ++j) {
+          const int64_t cell = ((r0 + j) * a.groups + g) * 4 + p;
+          const int8_t* xp = a.pair_q + cell * 64;
           const __m256i xlo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xp));
           const __m256i xhi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xp + 32));
-          const __m256i start = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.pair_start + (cell + p) * 8));
-          const __m256i sum = _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(start, lo[p], xlo), hi[p], xhi);
-          acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_permutevar8x32_ps(sc, pidx[p]), acc[j]);
+          const __m256i start = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.pair_start + cell * 8));
+          const __m256i sum = _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(start, lo, xlo), hi, xhi);
+          acc[j][p] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_permutevar8x32_ps(sc[j], pidx[p]), acc[j][p]);
         }
       }
     }
@@ -503,42 +530,49 @@ void block_row_vnni(float* y, int64_t ldy, const Weight<float>& W, int64_t o, co
   }
   // Per block: the row's values (and for Q8_0 their 128 * sum, lane by lane) and its scale; then per
   // activation row the scale times its own, broadcast, scales the integer sum.
-  for (int64_t b = b0; b < nb; ++b) {
-    __m256i wv, neg = zero;
-    float dw = 0;
-    if constexpr (kQ4) {
-      const Q4Block blk = q4_block(w, b, nb, kR8Layout);
-      // Both halves hold the 16 bytes; the upper one shifted by 4: elements 0..15, then 16..31.
-      const __m256i q = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.qs)));
-      wv = _mm256_and_si256(_mm256_srlv_epi64(q, high_half_by_4), low4);
-      dw = _cvtsh_ss(blk.d);  // F16C: exact, as f16_to_f32, without its branches
-    } else {
-      const auto* blk = reinterpret_cast<const BlockQ8_0*>(w) + b;
-      wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qs));
-      neg = _mm256_dpbusd_epi32(zero, c128, wv);  // 128 * sum w, lane by lane
-      dw = _cvtsh_ss(blk->d);
-    }
-    for (int j = 0; j < C; ++j) {
-      const __m256 scale = _mm256_set1_ps(dw * xd[j][b]);
-      __m256i s;
-      if constexpr (kQ4) {
-        const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[j] + b * QK));
-        s = _mm256_dpbusd_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xl[j] + b * 8)), wv, xv);
-      } else {
-        const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xu[j] + b * QK));
-        s = _mm256_sub_epi32(_mm256_dpbusd_epi32(zero, xv, wv), neg);
-      }
-      acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), scale, acc[j]);
-    }
+  auto block = [&](int64_t b, int chain) __attribute__((always_inline)){{__m256i wv, neg = zero;
+  float dw = 0;
+  if constexpr (kQ4) {
+    const Q4Block blk = q4_block(w, b, nb, kR8Layout);
+    // Both halves hold the 16 bytes; the upper one shifted by 4: elements 0..15, then 16..31.
+    const __m256i q = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.qs)));
+    wv = _mm256_and_si256(_mm256_srlv_epi64(q, high_half_by_4), low4);
+    dw = _cvtsh_ss(blk.d);  // F16C: exact, as f16_to_f32, without its branches
+  } else {
+    const auto* blk = reinterpret_cast<const BlockQ8_0*>(w) + b;
+    wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qs));
+    neg = _mm256_dpbusd_epi32(zero, c128, wv);  // 128 * sum w, lane by lane
+    dw = _cvtsh_ss(blk->d);
   }
-  for (int j = 0; j < C; ++j) y[(r0 + j) * ldy + o] = hsum8(acc[j]);
+  for (int j = 0; j < C; ++j) {
+    const __m256 scale = _mm256_set1_ps(dw * xd[j][b]);
+    __m256i s;
+    if constexpr (kQ4) {
+      const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[j] + b * QK));
+      s = _mm256_dpbusd_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xl[j] + b * 8)), wv, xv);
+    } else {
+      const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xu[j] + b * QK));
+      s = _mm256_sub_epi32(_mm256_dpbusd_epi32(zero, xv, wv), neg);
+    }
+    acc[j][chain] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), scale, acc[j][chain]);
+  }
+}
+};
+int64_t b = b0;
+for (; b + kChains <= nb; b += kChains)
+  for (int i = 0; i < kChains; ++i) block(b + i, i);
+for (int i = 0; b < nb; ++b, ++i) block(b, i);
+for (int j = 0; j < C; ++j)
+  y[(r0 + j) * ldy + o] =
+      hsum8(_mm256_add_ps(_mm256_add_ps(acc[j][0], acc[j][1]), _mm256_add_ps(acc[j][2], acc[j][3])));
 }
 
 template <WeightType kT>
-void block_rows_vnni(float* y, const Weight<float>& W, const QuantActs& a) {
-  const int64_t out = W.rows, n = a.n;
-  parallel_for(out, out * W.cols >= 65536, [&](int64_t o) {
-    for_row_tiles(n, 0, [&](auto c, int64_t r0) { block_row_vnni<kT, decltype(c)::value>(y, out, W, o, a, r0); });
+void block_rows_vnni(std::span<const StoredProduct> parts, const QuantActs& a) {
+  for_part_rows(parts, [&](const StoredProduct& part, int64_t o) {
+    for_row_tiles(a.n, 0, [&](auto c, int64_t r0) {
+      block_row_vnni<kT, decltype(c)::value>(part.y, part.W->rows, *part.W, o, a, r0);
+    });
   });
 }
 
@@ -750,12 +784,14 @@ void bf16_row(float* y, int64_t ldy, const Weight<float>& W, int64_t o, const ui
   for (int j = 0; j < C; ++j) y[j * ldy + o] = hsum16(acc[j]);
 }
 
-void bf16_rows(float* y, const Weight<float>& W, const float* x, int64_t n) {
-  const int64_t out = W.rows, in = W.cols;
+void bf16_rows(std::span<const StoredProduct> parts, const float* x, int64_t n) {
+  const int64_t in = parts[0].W->cols;
   const uint16_t* xb = bf16_acts(x, n, in);
-  parallel_for(out, out * in >= 65536, [&](int64_t o) {
-    for_row_tiles(n, 0,
-                  [&](auto c, int64_t r) { bf16_row<decltype(c)::value>(y + r * out, out, W, o, xb + r * in, in); });
+  for_part_rows(parts, [&](const StoredProduct& part, int64_t o) {
+    const int64_t out = part.W->rows;
+    for_row_tiles(n, 0, [&](auto c, int64_t r) {
+      bf16_row<decltype(c)::value>(part.y + r * out, out, *part.W, o, xb + r * in, in);
+    });
   });
 }
 
@@ -971,39 +1007,63 @@ void dequantize_weight_rows(float* out, const Weight<float>& W, int64_t r0, int6
 }
 
 void stored_linear(float* y, const float* x, const Weight<float>& W, int64_t n) {
-  check_weight(W, "stored_linear");
-  if (n <= 0 || W.rows == 0) return;
+  const StoredProduct part{y, &W};
+  stored_linear_shared(std::span<const StoredProduct>(&part, 1), x, n);
+}
+
+void stored_linear_shared(std::span<const StoredProduct> parts, const float* x, int64_t n) {
+  if (parts.empty()) return;
+  const Weight<float>& W = *parts[0].W;
+  for (const StoredProduct& p : parts) {
+    check_weight(*p.W, "stored_linear");
+    TF_CHECK(p.W->type == W.type && p.W->cols == W.cols,
+             "stored_linear: products of one input need one type and width ({} x {} {} beside {} x {} {})", p.W->rows,
+             p.W->cols, weight_type_name(p.W->type), W.rows, W.cols, weight_type_name(W.type));
+  }
+  int64_t rows = 0;
+  for (const StoredProduct& p : parts) rows += p.W->rows;
+  if (n <= 0 || rows == 0) return;
+  // Below kFewRows rows (or row-independent), one pass over every part's rows: one quantization of
+  // x and one parallel region for them all (decode's q, k and v, or w1 and w3: a 768 x 768 Q4_0
+  // product alone ran at 19 GB/s on 2 threads of a Zen 4, three as one pass at 27, the fixed cost
+  // of a pass, about 6 us, paid once). The tiled products, compute-bound, run part by part.
+  const bool few = n < kFewRows || row_independent_products();
+  auto each = [&](auto&& one) {
+    for (const StoredProduct& p : parts) one(p.y, *p.W);
+  };
   if (is_block_type(W.type)) {
 #if defined(TFORMER_QLINEAR_VNNI)
-    const bool few = n < kFewRows || row_independent_products();
     const QuantActs a = quantize_acts(x, n, W.cols,
                                       {.unsigned_copy = few && W.type == WeightType::Q8_0,
                                        .lanes = few && W.type != WeightType::Q8_0,
                                        .pairs = few && W.type == WeightType::Q4_0_R8});
     switch (W.type) {
       case WeightType::Q8_0:
-        return !few ? block_gemm_vnni<WeightType::Q8_0>(y, W, a) : block_rows_vnni<WeightType::Q8_0>(y, W, a);
+        if (few) return block_rows_vnni<WeightType::Q8_0>(parts, a);
+        return each([&](float* y, const Weight<float>& w) { block_gemm_vnni<WeightType::Q8_0>(y, w, a); });
       case WeightType::Q4_0:
-        return !few ? block_gemm_vnni<WeightType::Q4_0>(y, W, a) : block_rows_vnni<WeightType::Q4_0>(y, W, a);
+        if (few) return block_rows_vnni<WeightType::Q4_0>(parts, a);
+        return each([&](float* y, const Weight<float>& w) { block_gemm_vnni<WeightType::Q4_0>(y, w, a); });
       default:
-        return !few ? block_gemm_vnni<WeightType::Q4_0_R8>(y, W, a) : block_rows_vnni<WeightType::Q4_0_R8>(y, W, a);
+        if (few) return block_rows_vnni<WeightType::Q4_0_R8>(parts, a);
+        return each([&](float* y, const Weight<float>& w) { block_gemm_vnni<WeightType::Q4_0_R8>(y, w, a); });
     }
 #else
     const QuantActs a = quantize_acts(x, n, W.cols);
     switch (W.type) {
       case WeightType::Q8_0:
-        return block_rows_plain<WeightType::Q8_0>(y, W, a);
+        return block_rows_plain<WeightType::Q8_0>(parts, a);
       case WeightType::Q4_0:
-        return block_rows_plain<WeightType::Q4_0>(y, W, a);
+        return block_rows_plain<WeightType::Q4_0>(parts, a);
       default:
-        return block_rows_plain<WeightType::Q4_0_R8>(y, W, a);
+        return block_rows_plain<WeightType::Q4_0_R8>(parts, a);
     }
 #endif
   }
 #if defined(TFORMER_QLINEAR_BF16)
   if (W.type == WeightType::BF16) {
-    if (n >= kFewRows && !row_independent_products() && W.cols % 2 == 0) return bf16_gemm(y, W, x, n);
-    return bf16_rows(y, W, x, n);
+    if (!few && W.cols % 2 == 0) return each([&](float* y, const Weight<float>& w) { bf16_gemm(y, w, x, n); });
+    return bf16_rows(parts, x, n);
   }
 #endif
   // F16: the float activations times the weights converted to float (no rounding: Zen 4 has no
@@ -1011,18 +1071,19 @@ void stored_linear(float* y, const float* x, const Weight<float>& W, int64_t n) 
   // accuracy). BF16 without the instruction: its rounded activations in float, each product
   // exact, so only the float sums' order differs from bf16_rows / bf16_gemm.
   const float* xr = W.type == WeightType::BF16 ? round_acts_bf16(x, n, W.cols) : x;
-  if (n >= kFewRows && !row_independent_products() && W.type != WeightType::F32) return dense_panels_gemm(y, W, xr, n);
+  if (!few && W.type != WeightType::F32)
+    return each([&](float* y, const Weight<float>& w) { dense_panels_gemm(y, w, xr, n); });
 #if defined(__AVX512F__)
   switch (W.type) {
     case WeightType::F32:
-      return dense_rows_avx512<WeightType::F32>(y, W, xr, n);
+      return dense_rows_avx512<WeightType::F32>(parts, xr, n);
     case WeightType::F16:
-      return dense_rows_avx512<WeightType::F16>(y, W, xr, n);
+      return dense_rows_avx512<WeightType::F16>(parts, xr, n);
     default:
-      return dense_rows_avx512<WeightType::BF16>(y, W, xr, n);
+      return dense_rows_avx512<WeightType::BF16>(parts, xr, n);
   }
 #else
-  dense_rows_plain(y, W, xr, n);
+  dense_rows_plain(parts, xr, n);
 #endif
 }
 

@@ -43,6 +43,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "kernels/linear.h"
@@ -54,6 +55,16 @@ int64_t weight_row_bytes(WeightType type, int64_t cols);
 
 // y: [n, W.rows], overwritten; x: [n, W.cols]. Any WeightType but F64.
 void stored_linear(float* y, const float* x, const Weight<float>& W, int64_t n);
+
+// Products of one input: parts[i].y = x parts[i].W^T for every part (each y [n, W.rows],
+// overwritten), the weights of one type and width. Each part's result has the bits of
+// stored_linear on it alone; for few rows (n < 8, or row-independent) the parts share one
+// quantization (or rounding) of x and one parallel pass over all their rows (decode's q, k, v).
+struct StoredProduct {
+  float* y = nullptr;
+  const Weight<float>* W = nullptr;
+};
+void stored_linear_shared(std::span<const StoredProduct> parts, const float* x, int64_t n);
 
 // The oracle: the contract above in plain loops, double accumulation.
 void stored_linear_reference(float* y, const float* x, const Weight<float>& W, int64_t n);

@@ -196,9 +196,8 @@ void attention_branch(T* out, const T* u, const LayerActs<T>& a, const LayerPara
                       const LayerStep& st, const LayerKV<T>& kv, const AttentionDropout& drop) {
   const int64_t B = st.batch, n = st.n, R = B * n, hd = c.head_dim(), H = c.n_heads, Hkv = c.n_kv_heads;
   const int64_t dq = H * hd, dkv = Hkv * hd;
-  linear_forward<T>(a.q, u, p.wq, p.bq, R);  // q (R, dq)
-  linear_forward<T>(a.k, u, p.wk, p.bk, R);  // k (R, dkv)
-  linear_forward<T>(a.v, u, p.wv, p.bv, R);  // v (R, dkv)
+  // q (R, dq), k (R, dkv), v (R, dkv): one pass where the kernels allow (linear_forward_shared)
+  linear_forward_shared<T>({{a.q, &p.wq, p.bq}, {a.k, &p.wk, p.bk}, {a.v, &p.wv, p.bv}}, u, R);
   if (c.positions == Positions::Rope) {
     const RopeParams rp{hd, c.rope_base, c.rope_pairing};
     rope_forward<T>(a.q, st.positions, R, H, dq, rp);
@@ -237,8 +236,10 @@ void attention_branch(T* out, const T* u, const LayerActs<T>& a, const LayerPara
 template <typename T>
 void ffn_branch(T* out, const T* u, const LayerActs<T>& a, const LayerParams<T>& p, const LayerScratch<T>& s,
                 const ModelConfig& c, int64_t rows) {
-  linear_forward<T>(a.a, u, p.w1, p.b1, rows);  // a (rows, d_ff)
-  if (c.activation == Activation::SwiGLU) linear_forward<T>(a.g, u, p.w3, p.b3, rows);
+  if (c.activation == Activation::SwiGLU)  // a, g (rows, d_ff)
+    linear_forward_shared<T>({{a.a, &p.w1, p.b1}, {a.g, &p.w3, p.b3}}, u, rows);
+  else
+    linear_forward<T>(a.a, u, p.w1, p.b1, rows);  // a (rows, d_ff)
   ffn_activation(s.act, a, rows * c.d_ff, c);
   linear_forward<T>(out, s.act, p.w2, p.b2, rows);
 }
