@@ -530,41 +530,53 @@ void block_row_vnni(float* y, int64_t ldy, const Weight<float>& W, int64_t o, co
   }
   // Per block: the row's values (and for Q8_0 their 128 * sum, lane by lane) and its scale; then per
   // activation row the scale times its own, broadcast, scales the integer sum.
-  auto block = [&](int64_t b, int chain) __attribute__((always_inline)){{__m256i wv, neg = zero;
-  float dw = 0;
-  if constexpr (kQ4) {
-    const Q4Block blk = q4_block(w, b, nb, kR8Layout);
-    // Both halves hold the 16 bytes; the upper one shifted by 4: elements 0..15, then 16..31.
-    const __m256i q = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.qs)));
-    wv = _mm256_and_si256(_mm256_srlv_epi64(q, high_half_by_4), low4);
-    dw = _cvtsh_ss(blk.d);  // F16C: exact, as f16_to_f32, without its branches
-  } else {
-    const auto* blk = reinterpret_cast<const BlockQ8_0*>(w) + b;
-    wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qs));
-    neg = _mm256_dpbusd_epi32(zero, c128, wv);  // 128 * sum w, lane by lane
-    dw = _cvtsh_ss(blk->d);
-  }
-  for (int j = 0; j < C; ++j) {
-    const __m256 scale = _mm256_set1_ps(dw * xd[j][b]);
-    __m256i s;
+  // Block b into chain kChain (a constant: a chain index known only at run time kept the
+  // accumulators on the stack, a store and a reload a block).
+  auto block = [&](int64_t b, auto chain) {
+    constexpr int kChain = decltype(chain)::value;
+    __m256i wv, neg = zero;
+    float dw = 0;
     if constexpr (kQ4) {
-      const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[j] + b * QK));
-      s = _mm256_dpbusd_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xl[j] + b * 8)), wv, xv);
+      const Q4Block blk = q4_block(w, b, nb, kR8Layout);
+      // Both halves hold the 16 bytes; the upper one shifted by 4: elements 0..15, then 16..31.
+      const __m256i q = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.qs)));
+      wv = _mm256_and_si256(_mm256_srlv_epi64(q, high_half_by_4), low4);
+      dw = _cvtsh_ss(blk.d);  // F16C: exact, as f16_to_f32, without its branches
     } else {
-      const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xu[j] + b * QK));
-      s = _mm256_sub_epi32(_mm256_dpbusd_epi32(zero, xv, wv), neg);
+      const auto* blk = reinterpret_cast<const BlockQ8_0*>(w) + b;
+      wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qs));
+      neg = _mm256_dpbusd_epi32(zero, c128, wv);  // 128 * sum w, lane by lane
+      dw = _cvtsh_ss(blk->d);
     }
-    acc[j][chain] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), scale, acc[j][chain]);
+    for (int j = 0; j < C; ++j) {
+      const __m256 scale = _mm256_set1_ps(dw * xd[j][b]);
+      __m256i s;
+      if constexpr (kQ4) {
+        const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[j] + b * QK));
+        s = _mm256_dpbusd_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xl[j] + b * 8)), wv, xv);
+      } else {
+        const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xu[j] + b * QK));
+        s = _mm256_sub_epi32(_mm256_dpbusd_epi32(zero, xv, wv), neg);
+      }
+      acc[j][kChain] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), scale, acc[j][kChain]);
+    }
+  };
+  using C0 = std::integral_constant<int, 0>;
+  using C1 = std::integral_constant<int, 1>;
+  using C2 = std::integral_constant<int, 2>;
+  using C3 = std::integral_constant<int, 3>;
+  int64_t b = b0;
+  for (; b + kChains <= nb; b += kChains) {
+    static_assert(kChains == 4);
+    block(b, C0{});
+    block(b + 1, C1{});
+    block(b + 2, C2{});
+    block(b + 3, C3{});
   }
-}
-};
-int64_t b = b0;
-for (; b + kChains <= nb; b += kChains)
-  for (int i = 0; i < kChains; ++i) block(b + i, i);
-for (int i = 0; b < nb; ++b, ++i) block(b, i);
-for (int j = 0; j < C; ++j)
-  y[(r0 + j) * ldy + o] =
-      hsum8(_mm256_add_ps(_mm256_add_ps(acc[j][0], acc[j][1]), _mm256_add_ps(acc[j][2], acc[j][3])));
+  for (; b < nb; ++b) block(b, C0{});  // the last nb % 4 blocks into chain 0
+  for (int j = 0; j < C; ++j)
+    y[(r0 + j) * ldy + o] =
+        hsum8(_mm256_add_ps(_mm256_add_ps(acc[j][0], acc[j][1]), _mm256_add_ps(acc[j][2], acc[j][3])));
 }
 
 template <WeightType kT>
