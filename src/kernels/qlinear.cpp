@@ -96,6 +96,20 @@ void for_part_rows(std::span<const StoredProduct> parts, F&& f) {
     f(parts[k], i);
   });
 }
+// The same in units of up to U consecutive rows of one part: f(part, first row, rows in the unit).
+template <int64_t U, typename F>
+void for_part_units(std::span<const StoredProduct> parts, F&& f) {
+  auto units = [](const StoredProduct& p) { return (p.W->rows + U - 1) / U; };
+  int64_t total = 0;
+  for (const StoredProduct& p : parts) total += units(p);
+  parallel_for(total, total * U * parts[0].W->cols >= 65536, [&](int64_t i) {
+    size_t k = 0;
+    while (i >= units(parts[k])) i -= units(parts[k++]);
+    const int64_t o = i * U;
+    f(parts[k], o, std::min(U, parts[k].W->rows - o));
+  });
+}
+
 // ---------------------------------------------------------------------------------------------
 // Activations quantized to Q8_0 (ggml's reference rule), one row at a time.
 //   q    [n, in]     int8 values
@@ -478,14 +492,16 @@ inline float hsum8(__m256 v) {
 // (4 cycles on a Zen 4), which held one core to about 17 GB/s of Q4_0 and Q8_0 from L2, below
 // what a decode needs from each of two cores to stream the weights at the read bandwidth.
 constexpr int kChains = 4;
-template <WeightType kT, int C>
+template <WeightType kT, int C, int R = 1>
 void block_row_vnni(float* y, int64_t ldy, const Weight<float>& W, int64_t o, const QuantActs& a, int64_t r0) {
   constexpr bool kQ4 = kT == WeightType::Q4_0 || kT == WeightType::Q4_0_R8;
   constexpr bool kR8Layout = kT == WeightType::Q4_0_R8;
-  const uint8_t* w = row_ptr(W, o);
-  __m256 acc[C][kChains];
-  for (auto& row : acc)
-    for (auto& v : row) v = _mm256_setzero_ps();
+  const uint8_t* wr[R];  // weight rows o .. o + R - 1
+  for (int r = 0; r < R; ++r) wr[r] = row_ptr(W, o + r);
+  __m256 acc[R][C][kChains];
+  for (auto& wrow : acc)
+    for (auto& row : wrow)
+      for (auto& v : row) v = _mm256_setzero_ps();
   const __m256i c128 = _mm256_set1_epi8(static_cast<char>(0x80)), low4 = _mm256_set1_epi8(0x0F);
   const __m256i zero = _mm256_setzero_si256();
   const __m256i high_half_by_4 = _mm256_set_epi64x(4, 4, 0, 0);  // Q4_0: the high nibbles to the upper half
@@ -508,21 +524,31 @@ void block_row_vnni(float* y, int64_t ldy, const Weight<float>& W, int64_t o, co
     const __m256i pidx[4] = {_mm256_set_epi32(1, 1, 1, 1, 0, 0, 0, 0), _mm256_set_epi32(3, 3, 3, 3, 2, 2, 2, 2),
                              _mm256_set_epi32(5, 5, 5, 5, 4, 4, 4, 4), _mm256_set_epi32(7, 7, 7, 7, 6, 6, 6, 6)};
     for (int64_t g = 0; g < a.groups; ++g) {
-      const uint8_t* group = w + g * kR8GroupBytes;
-      const __m256 dwg = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(group)));
-      __m256 sc[C];
-      for (int j = 0; j < C; ++j) sc[j] = _mm256_mul_ps(dwg, _mm256_loadu_ps(xd[j] + g * kR8));
+      __m256 sc[R][C];
+      for (int r = 0; r < R; ++r) {
+        const __m256 dwg =
+            _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wr[r] + g * kR8GroupBytes)));
+        for (int j = 0; j < C; ++j) sc[r][j] = _mm256_mul_ps(dwg, _mm256_loadu_ps(xd[j] + g * kR8));
+      }
       for (int p = 0; p < 4; ++p) {
-        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(group + 2 * kR8 + 32 * p));
-        const __m256i lo = _mm256_and_si256(v, low4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+        __m256i lo[R], hi[R];
+        for (int r = 0; r < R; ++r) {
+          const __m256i v =
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wr[r] + g * kR8GroupBytes + 2 * kR8 + 32 * p));
+          lo[r] = _mm256_and_si256(v, low4);
+          hi[r] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+        }
         for (int j = 0; j < C; ++j) {
           const int64_t cell = ((r0 + j) * a.groups + g) * 4 + p;
           const int8_t* xp = a.pair_q + cell * 64;
           const __m256i xlo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xp));
           const __m256i xhi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xp + 32));
           const __m256i start = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.pair_start + cell * 8));
-          const __m256i sum = _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(start, lo, xlo), hi, xhi);
-          acc[j][p] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_permutevar8x32_ps(sc[j], pidx[p]), acc[j][p]);
+          for (int r = 0; r < R; ++r) {
+            const __m256i sum = _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(start, lo[r], xlo), hi[r], xhi);
+            acc[r][j][p] =
+                _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_permutevar8x32_ps(sc[r][j], pidx[p]), acc[r][j][p]);
+          }
         }
       }
     }
@@ -534,31 +560,34 @@ void block_row_vnni(float* y, int64_t ldy, const Weight<float>& W, int64_t o, co
   // accumulators on the stack, a store and a reload a block).
   auto block = [&](int64_t b, auto chain) {
     constexpr int kChain = decltype(chain)::value;
-    __m256i wv, neg = zero;
-    float dw = 0;
-    if constexpr (kQ4) {
-      const Q4Block blk = q4_block(w, b, nb, kR8Layout);
-      // Both halves hold the 16 bytes; the upper one shifted by 4: elements 0..15, then 16..31.
-      const __m256i q = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.qs)));
-      wv = _mm256_and_si256(_mm256_srlv_epi64(q, high_half_by_4), low4);
-      dw = _cvtsh_ss(blk.d);  // F16C: exact, as f16_to_f32, without its branches
-    } else {
-      const auto* blk = reinterpret_cast<const BlockQ8_0*>(w) + b;
-      wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qs));
-      neg = _mm256_dpbusd_epi32(zero, c128, wv);  // 128 * sum w, lane by lane
-      dw = _cvtsh_ss(blk->d);
-    }
-    for (int j = 0; j < C; ++j) {
-      const __m256 scale = _mm256_set1_ps(dw * xd[j][b]);
-      __m256i s;
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* w = wr[r];
+      __m256i wv, neg = zero;
+      float dw = 0;
       if constexpr (kQ4) {
-        const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[j] + b * QK));
-        s = _mm256_dpbusd_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xl[j] + b * 8)), wv, xv);
+        const Q4Block blk = q4_block(w, b, nb, kR8Layout);
+        // Both halves hold the 16 bytes; the upper one shifted by 4: elements 0..15, then 16..31.
+        const __m256i q = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.qs)));
+        wv = _mm256_and_si256(_mm256_srlv_epi64(q, high_half_by_4), low4);
+        dw = _cvtsh_ss(blk.d);  // F16C: exact, as f16_to_f32, without its branches
       } else {
-        const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xu[j] + b * QK));
-        s = _mm256_sub_epi32(_mm256_dpbusd_epi32(zero, xv, wv), neg);
+        const auto* blk = reinterpret_cast<const BlockQ8_0*>(w) + b;
+        wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qs));
+        neg = _mm256_dpbusd_epi32(zero, c128, wv);  // 128 * sum w, lane by lane
+        dw = _cvtsh_ss(blk->d);
       }
-      acc[j][kChain] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), scale, acc[j][kChain]);
+      for (int j = 0; j < C; ++j) {
+        const __m256 scale = _mm256_set1_ps(dw * xd[j][b]);
+        __m256i s;
+        if constexpr (kQ4) {
+          const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[j] + b * QK));
+          s = _mm256_dpbusd_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xl[j] + b * 8)), wv, xv);
+        } else {
+          const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xu[j] + b * QK));
+          s = _mm256_sub_epi32(_mm256_dpbusd_epi32(zero, xv, wv), neg);
+        }
+        acc[r][j][kChain] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), scale, acc[r][j][kChain]);
+      }
     }
   };
   using C0 = std::integral_constant<int, 0>;
@@ -574,13 +603,30 @@ void block_row_vnni(float* y, int64_t ldy, const Weight<float>& W, int64_t o, co
     block(b + 3, C3{});
   }
   for (; b < nb; ++b) block(b, C0{});  // the last nb % 4 blocks into chain 0
-  for (int j = 0; j < C; ++j)
-    y[(r0 + j) * ldy + o] =
-        hsum8(_mm256_add_ps(_mm256_add_ps(acc[j][0], acc[j][1]), _mm256_add_ps(acc[j][2], acc[j][3])));
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < C; ++j)
+      y[(r0 + j) * ldy + o + r] =
+          hsum8(_mm256_add_ps(_mm256_add_ps(acc[r][j][0], acc[r][j][1]), _mm256_add_ps(acc[r][j][2], acc[r][j][3])));
 }
 
+// Narrow rows (at most kNarrowCols values: the 15M shape's 288) go four weight rows a call for a
+// single activation row, sharing its loads and the call's set-up: at 288 values a Q4_0 row is one
+// group and a block, and the set-up and the final reduction cost more than the blocks (a 32000 x
+// 288 Q4_0 product, the 15M output matrix, on a Zen 4: one core 13.0-13.5 -> 7.5-7.6 ns a row, two
+// 316-326 -> 172-222 us; 15M Q4_0 decode ~1,650 -> ~2,000 tok/s). Wider rows stay one a call: four
+// 768-wide rows read side by side were four short streams to the prefetcher, and a 110M decode
+// from DRAM ran slower. Each (weight row, activation row) sum is the same either way.
+constexpr int64_t kNarrowCols = 512;
 template <WeightType kT>
 void block_rows_vnni(std::span<const StoredProduct> parts, const QuantActs& a) {
+  if (a.n == 1 && a.in <= kNarrowCols) {
+    constexpr int64_t kR = 4;
+    for_part_units<kR>(parts, [&](const StoredProduct& part, int64_t o, int64_t count) {
+      if (count == kR) return block_row_vnni<kT, 1, kR>(part.y, part.W->rows, *part.W, o, a, 0);
+      for (int64_t i = 0; i < count; ++i) block_row_vnni<kT, 1>(part.y, part.W->rows, *part.W, o + i, a, 0);
+    });
+    return;
+  }
   for_part_rows(parts, [&](const StoredProduct& part, int64_t o) {
     for_row_tiles(a.n, 0, [&](auto c, int64_t r0) {
       block_row_vnni<kT, decltype(c)::value>(part.y, part.W->rows, *part.W, o, a, r0);
