@@ -1,6 +1,8 @@
 // LayerNorm and RMSNorm over the last dimension, forward and backward side by side.
 //
-// Row statistics are accumulated in double for float and double inputs. Rows are split across
+// Row statistics are accumulated in double for float and double inputs (the forward's in several
+// vector lanes at once: one chain of 768 dependent double adds was about 1 us a norm, 2% of a
+// 110M Q4_0 decode step). Rows are split across
 // threads (one row, one thread) for y and dx; the gain/bias gradients, which sum over rows, are split
 // across threads by COLUMN blocks, each column summed over the rows in order 0..rows-1 by one thread,
 // so every result is independent of the thread count. A null gain is treated as all ones.
@@ -33,9 +35,11 @@ void layernorm_forward(T* y, T* mean, T* rstd, const T* x, const T* gain, const 
     const T* xr = x + r * cols;
     T* yr = y + r * cols;
     double mu = 0;
+#pragma omp simd reduction(+ : mu)
     for (int64_t j = 0; j < cols; ++j) mu += static_cast<double>(xr[j]);
     mu /= n;
     double var = 0;  // two passes: no cancellation from E[x^2] - E[x]^2
+#pragma omp simd reduction(+ : var)
     for (int64_t j = 0; j < cols; ++j) {
       const double d = static_cast<double>(xr[j]) - mu;
       var += d * d;
@@ -112,6 +116,7 @@ void rmsnorm_forward(T* y, T* rstd, const T* x, const T* gain, int64_t rows, int
     const T* xr = x + r * cols;
     T* yr = y + r * cols;
     double ms = 0;
+#pragma omp simd reduction(+ : ms)
     for (int64_t j = 0; j < cols; ++j) ms += static_cast<double>(xr[j]) * static_cast<double>(xr[j]);
     ms /= n;
     const double rs = 1.0 / std::sqrt(ms + static_cast<double>(eps));
