@@ -5,6 +5,7 @@
 // the key or tensor. (What llama.cpp itself computes from these files: test_model_gguf_llama_cpp.)
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -15,6 +16,7 @@
 
 #include "core/file_io.h"
 #include "core/float16.h"
+#include "core/memory.h"
 #include "core/rng.h"
 #include "io/gguf.h"
 #include "kernels/qlinear.h"
@@ -411,6 +413,68 @@ TEST_F(GgufModelTest, StoredWeightsAreCheckedAndCountedAsTheyAreRead) {
   auto odd = random_model(config(R"({"d_model": 16, "d_ff": 24})"), 3);
   EXPECT_ERROR(odd->set_stored_weight("layers.0.ffn.w1.weight", WeightType::Q8_0, std::vector<uint8_t>(24 * 17)),
                ErrorKind::BadInput, "layers.0.ffn.w1.weight", "whole blocks");
+}
+
+// reserve_stored_weights: the stored matrices that fit go into the one reserved buffer, in order,
+// 64-byte aligned, byte for byte; one that does not fit gets its own buffer and computes the same;
+// a loaded GGUF file's stored matrices all share one buffer; reserving after a weight is refused.
+TEST_F(GgufModelTest, StoredWeightsShareTheReservedBufferAndOverflowIntoTheirOwn) {
+  const char* cfg = R"({"d_model": 64, "d_ff": 96, "n_heads": 2})";
+  auto bytes_of = [](size_t n, int seed) {  // bf16 values of 0.1 sin(...), as bytes
+    std::vector<uint8_t> v(n);
+    for (size_t i = 0; i < n / 2; ++i) {
+      const uint16_t h = f32_to_bf16(0.1f * std::sin(static_cast<float>(seed + 3 * static_cast<int>(i))));
+      std::memcpy(v.data() + 2 * i, &h, 2);
+    }
+    return v;
+  };
+  const auto wq = bytes_of(64 * 64 * 2, 1), wk = bytes_of(64 * 64 * 2, 2), w1 = bytes_of(96 * 64 * 2, 3);
+  auto a = random_model(config(cfg), 3), b = random_model(config(cfg), 3);
+  a->reserve_stored_weights(2 * (64 * 64 * 2 + 64));  // room for wq and wk, not w1
+  for (auto* m : {a.get(), b.get()}) {                // b: nothing reserved, every weight its own buffer
+    m->set_stored_weight("layers.0.attn.wq.weight", WeightType::BF16, wq);
+    m->set_stored_weight("layers.0.attn.wk.weight", WeightType::BF16, wk);
+    m->set_stored_weight("layers.0.ffn.w1.weight", WeightType::BF16, w1);
+  }
+  const auto& la = a->weights().layers[0];
+  const auto* q = static_cast<const uint8_t*>(la.wq.data);
+  const auto* k = static_cast<const uint8_t*>(la.wk.data);
+  const auto* f = static_cast<const uint8_t*>(la.w1.data);
+  EXPECT_EQ(k, q + 64 * 64 * 2);  // next in the buffer (8192 bytes: already aligned)
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(q) % 64, 0u);
+  EXPECT_TRUE(f < q || f >= k + 64 * 64 * 2) << "w1 did not fit and has its own buffer";
+  EXPECT_EQ(std::memcmp(q, wq.data(), wq.size()), 0);
+  EXPECT_EQ(std::memcmp(k, wk.data(), wk.size()), 0);
+  EXPECT_EQ(std::memcmp(f, w1.data(), w1.size()), 0);
+  const auto ids = some_ids(9, 256);
+  EXPECT_EQ(logits_of(*a, ids), logits_of(*b, ids));
+  EXPECT_ERROR(a->reserve_stored_weights(1024), ErrorKind::Internal, "", "after stored weights");
+
+  // A loaded file: every stored matrix in one buffer no larger than the file.
+  auto m = random_model(config(R"({"d_model": 64, "d_ff": 96, "n_heads": 2, "n_layers": 2})"), 5);
+  export_gguf(path("q8.gguf"), *m, CharTokenizer::bytes(), "", GgufExportType::Q8_0);
+  LoadedModel back = load_model(path("q8.gguf"));
+  std::vector<const uint8_t*> starts;
+  for (const auto& l : back.model->weights().layers)
+    for (const auto* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w1, &l.w2})
+      starts.push_back(static_cast<const uint8_t*>(w->data));
+  const auto [lo, hi] = std::minmax_element(starts.begin(), starts.end());
+  EXPECT_LT(*hi - *lo, static_cast<std::ptrdiff_t>(std::filesystem::file_size(path("q8.gguf"))));
+}
+
+// advise_huge_pages is advice: any range (null, empty, unaligned, smaller or larger than a 2 MB
+// page) is accepted and the memory reads and writes as before.
+TEST(HugePages, AdviceNeverFailsAndChangesNoBytes) {
+  advise_huge_pages(nullptr, 0);
+  advise_huge_pages(nullptr, size_t{1} << 30);
+  std::vector<uint8_t> small(100, 7);
+  advise_huge_pages(small.data() + 3, 50);
+  std::vector<uint8_t> big;
+  big.reserve(size_t{5} << 20);
+  advise_huge_pages(big.data() + 1, (size_t{5} << 20) - 1);
+  big.assign(size_t{5} << 20, 9);
+  EXPECT_EQ(std::count(big.begin(), big.end(), 9), static_cast<std::ptrdiff_t>(big.size()));
+  EXPECT_EQ(std::count(small.begin(), small.end(), 7), 100);
 }
 
 // ---- what is refused ----------------------------------------------------------------------------

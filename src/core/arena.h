@@ -9,6 +9,7 @@
 //   TensorView<float> w = params.get("norm.weight");
 #pragma once
 
+#include "core/memory.h"
 #include "core/tensor.h"
 
 #include <cstdint>
@@ -38,8 +39,13 @@ class BasicArena {
     entries_.push_back({std::move(name), shape, size_});
     size_ += shape.numel();
   }
-  // One allocation for every declared tensor, zero-filled.
-  void allocate() { storage_.assign(static_cast<size_t>(size_), T(0)); }
+  // One allocation for every declared tensor, zero-filled, backed by 2 MB pages where the system
+  // has them (advised before the zeros touch it: core/memory.h).
+  void allocate() {
+    storage_.reserve(static_cast<size_t>(size_));
+    advise_huge_pages(storage_.data(), static_cast<size_t>(size_) * sizeof(T));
+    storage_.assign(static_cast<size_t>(size_), T(0));
+  }
   // Frees the storage, keeping the layout (allocate() brings it back, zeroed).
   void release() {
     storage_.clear();

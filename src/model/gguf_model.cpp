@@ -974,6 +974,17 @@ LoadedModel load_gguf_model(const std::string& path) {
     tensor_of_shape(f, g + "ffn_down.weight", {d, c.d_ff});
   }
   out.model = std::make_unique<Model>(c);
+  {
+    // Room for the matrices kept in their stored types (keep, below), in one buffer of 2 MB pages:
+    // at most every such tensor's bytes, each of up to three parts (a fused q/k/v) aligned.
+    int64_t stored = 0;
+    for (const GgufTensor& t : f.tensors()) {
+      const auto type = static_cast<GgmlType>(t.type);
+      if (type == GgmlType::F16 || type == GgmlType::BF16 || type == GgmlType::Q8_0 || type == GgmlType::Q4_0)
+        stored += static_cast<int64_t>(t.nbytes) + 3 * static_cast<int64_t>(kAlignment);
+    }
+    out.model->reserve_stored_weights(stored);
+  }
   auto& arena = out.model->params();
   std::map<std::string, bool> used;
   for (const auto& t : f.tensors()) used[t.name] = false;

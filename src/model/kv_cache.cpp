@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "core/memory.h"
 
 namespace tformer {
 
@@ -14,8 +15,13 @@ BasicKVCache<T>::BasicKVCache(int64_t n_layers, int64_t batch, int64_t n_kv_head
            "KV cache: sizes must be positive (layers {}, batch {}, kv heads {}, capacity {}, head_dim {})", n_layers,
            batch, n_kv_heads, capacity, head_dim);
   const auto n = static_cast<size_t>(n_layers * batch * n_kv_heads * capacity * head_dim);
-  k_.assign(n, T(0));
-  v_.assign(n, T(0));
+  // Backed by 2 MB pages where the system has them (advised before the zeros touch them): decode
+  // reads every filled slot of every layer a token.
+  for (auto* a : {&k_, &v_}) {
+    a->reserve(n);
+    advise_huge_pages(a->data(), n * sizeof(T));
+    a->assign(n, T(0));
+  }
   length_.assign(static_cast<size_t>(batch), 0);
 }
 

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
+#include "core/memory.h"
 #include "core/rng.h"
 #include "kernels/attention.h"
 #include "kernels/flash_attention.h"
@@ -45,7 +47,14 @@ void BasicModel<T>::set_stored_weight(const std::string& name, WeightType type, 
       if (static_cast<int64_t>(bytes.size()) != want)
         fail_input(name, "{}: {} bytes given, a [{}, {}] {} matrix has {}", name, bytes.size(), rows, cols,
                    weight_type_name(given), want);
-      stored_.push_back(repack_weight(type, std::move(bytes), rows, cols));
+      std::vector<uint8_t> packed = repack_weight(type, std::move(bytes), rows, cols);
+      const size_t at = (stored_arena_.size() + kAlignment - 1) / kAlignment * kAlignment;
+      if (at + packed.size() <= stored_arena_.capacity()) {  // (within capacity: no reallocation)
+        stored_arena_.resize(at + packed.size());
+        std::memcpy(stored_arena_.data() + at, packed.data(), packed.size());
+        return Weight<T>{type, stored_arena_.data() + at, rows, cols};
+      }
+      stored_.push_back(std::move(packed));
       return Weight<T>{type, stored_.back().data(), rows, cols};
     };
     bool found = false;
@@ -63,6 +72,14 @@ void BasicModel<T>::set_stored_weight(const std::string& name, WeightType type, 
     });
     if (!found) fail_input(name, "set_stored_weight: '{}' is not a matrix the forward multiplies", name);
   }
+}
+
+template <typename T>
+void BasicModel<T>::reserve_stored_weights(int64_t bytes) {
+  TF_CHECK(bytes >= 0 && stored_arena_.empty() && stored_.empty(),
+           "reserve_stored_weights: {} bytes after stored weights were set", bytes);
+  stored_arena_.reserve(static_cast<size_t>(bytes));
+  advise_huge_pages(stored_arena_.data(), static_cast<size_t>(bytes));
 }
 
 template <typename T>

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "core/aligned.h"
 #include "core/arena.h"
 #include "model/config.h"
 #include "model/kv_cache.h"
@@ -81,6 +82,12 @@ class BasicModel {
   // embedding lookup, training (--init-from) and export read. float models only; an Error for a
   // name that is no matrix or bytes of the wrong size.
   void set_stored_weight(const std::string& name, WeightType type, std::vector<uint8_t> bytes);
+  // Room for `bytes` of stored weights in one buffer backed by 2 MB pages (core/memory.h), which
+  // the set_stored_weight calls that follow fill in order (a loader that knows its files' sizes
+  // calls this first): decode reads every stored byte a token, and spread over one allocation a
+  // matrix, most of them too small for a 2 MB page, they cost a TLB miss each 4 KB. A weight that
+  // does not fit gets its own buffer. Before any set_stored_weight only.
+  void reserve_stored_weights(int64_t bytes);
   // Bytes of the weights one decode step reads: every matrix in its type, plus one row of each
   // embedding table and the norm gains and biases.
   double weight_bytes_per_token() const;
@@ -109,8 +116,9 @@ class BasicModel {
   ModelConfig config_;
   BasicArena<T> params_;
   ModelParams<T> weights_;
-  std::vector<std::vector<uint8_t>> stored_;  // the buffers of set_stored_weight
-  std::vector<T> sinusoidal_;                 // [context_length, d_model] when positions = sinusoidal
+  std::vector<std::vector<uint8_t>> stored_;  // the buffers of set_stored_weight past the reserved room
+  std::vector<uint8_t, AlignedAllocator<uint8_t>> stored_arena_;  // reserve_stored_weights' room
+  std::vector<T> sinusoidal_;  // [context_length, d_model] when positions = sinusoidal
   AttentionKernel attention_kernel_ = AttentionKernel::Tiled;
   T* keep_probs_ = nullptr;  // attention_probabilities' output while it runs
   Workspace ws_;
