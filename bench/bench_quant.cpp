@@ -10,13 +10,20 @@
 // stored type (a tied model's embedding once, as the output matrix), one embedding row and the
 // norm gains (Model::weight_bytes_per_token), and the keys and values attention reads, which grow
 // with the position (2 x layers x kv_heads x head_dim x 4 bytes a token of context; over tg128's
-// steps the mean context is 65.5 tokens: 4.8 MB for the 110M shape, 8% of its Q4_0 weights). The
-// bandwidth is measured beside each step: in repetitions of their own, every step is followed by
-// a plain read of as many bytes (bench_util.h: read_seconds), and the fraction of the bound is the
-// median over steps of read time / step time (this shared machine's bandwidth moved between 25
-// and 47 GB/s from one second to the next, so a bound taken once per file was noise). The decode
-// tokens/s are from repetitions without the reads (which would evict a small model's weights from
-// the L3 cache between steps).
+// steps the mean context is 65.5 tokens: 4.8 MB for the 110M shape, 8% of its Q4_0 weights).
+// The bandwidth is measured beside each step: in repetitions of their own ("probed"), every step
+// is followed by a plain read of as many bytes (bench_util.h: read_seconds, on 2 MB pages as the
+// weights are), because this shared machine's bandwidth moved between 25 and 47 GB/s from one
+// second to the next and a bound taken once per file was noise. Reported:
+//   decode       tokens/s of the repetitions without reads (what a user gets: the reads would
+//                evict a small model's weights from the L3 cache between steps);
+//   bound        tokens/s if every step of the probed repetitions took its read's time
+//                (1 / the median read time);
+//   fraction     the median over the probed steps of read time / step time: the share of the
+//                bound each step reached, beside its own read. For files larger than the L3
+//                cache (the 110M shape) the probed steps run as fast as the others and fraction
+//                is about decode / bound; for the 15M shape, whose weights a read evicts,
+//                fraction is lower than decode / bound, and neither is a DRAM bound.
 
 #include <fmt/format.h>
 
@@ -41,7 +48,7 @@ using bench::seconds_since;
 
 struct Result {
   std::string file, type;
-  double bytes = 0, kv_bytes = 0, decode = 0, prefill = 0, bandwidth = 0, fraction = 0;
+  double bytes = 0, kv_bytes = 0, decode = 0, prefill = 0, bandwidth = 0, bound = 0, fraction = 0;
 };
 
 Result run_file(const std::string& path, int reps) {
@@ -57,7 +64,7 @@ Result run_file(const std::string& path, int reps) {
   const double kv_per_token = 2.0 * static_cast<double>(c.n_layers * c.n_kv_heads * c.head_dim()) * sizeof(float);
   res.kv_bytes = kv_per_token * (2.0 + static_cast<double>(steps + 1)) / 2.0;
   std::vector<float> logits(static_cast<size_t>(V));
-  std::vector<double> decode, prefill, bandwidth, fraction;
+  std::vector<double> decode, prefill, bandwidth, reads, fraction;
   for (int r = 0; r < 2 * reps + 1; ++r) {  // the first repetition warms up (pages, scratch buffers)
     const bool probed = r > reps;           // then reps plain, then reps with a read after each step
     KVCache cache = m.make_cache(1, 1 + steps);
@@ -72,6 +79,7 @@ Result run_file(const std::string& path, int reps) {
         const double step = seconds_since(ts), bytes = res.bytes + kv_per_token * static_cast<double>(s + 2);
         const double read = bench::read_seconds(bytes);
         fraction.push_back(read / step);
+        reads.push_back(read);
         bandwidth.push_back(bytes / read * 1e-9);
       }
     }
@@ -88,6 +96,7 @@ Result run_file(const std::string& path, int reps) {
   res.decode = median(decode);
   res.bandwidth = median(bandwidth);
   res.fraction = median(fraction);
+  res.bound = 1 / median(reads);
   res.prefill = median(prefill);
   return res;
 }
@@ -135,7 +144,7 @@ int main(int argc, char** argv) {
                  num_threads(), reps, reps);
     for (const auto& f : files) {
       const Result r = run_file(f, reps);
-      const double bound = r.decode / r.fraction;
+      const double bound = r.bound;
       if (json) {
         fmt::print(
             "{{\"file\": \"{}\", \"type\": \"{}\", \"bytes_per_token\": {:.0f}, \"kv_bytes_per_token\": {:.0f}, "
@@ -144,8 +153,8 @@ int main(int argc, char** argv) {
             r.file, r.type, r.bytes, r.kv_bytes, r.bandwidth, r.decode, bound, r.fraction, r.prefill);
       } else {
         fmt::print(
-            "{:<28} {:>5}  {:6.1f} + {:4.1f} MB/token  decode {:8.1f} tok/s = {:3.0f}% of bound {:8.1f} ({:.1f} GB/s)  "
-            "prefill 512 {:8.1f} tok/s\n",
+            "{:<28} {:>5}  {:6.1f} + {:4.1f} MB/token  decode {:8.1f} tok/s; {:3.0f}% of the bound step by step "
+            "(bound {:.1f} tok/s, {:.1f} GB/s)  prefill 512 {:8.1f} tok/s\n",
             f, r.type, r.bytes * 1e-6, r.kv_bytes * 1e-6, r.decode, 100 * r.fraction, bound, r.bandwidth, r.prefill);
       }
     }

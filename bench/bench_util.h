@@ -84,19 +84,25 @@ inline double read_seconds(double bytes) {
     return b;
   }();
   static int64_t offset = 0;
-  const int64_t n = std::min<int64_t>(size, static_cast<int64_t>(bytes / 4) / 256 * 256);
-  if (offset + n > size) offset = 0;
-  const float* p = buf.data() + offset;
-  offset += n;
+  // All `bytes` are read, in one parallel pass per stretch of the buffer up to its end (a step
+  // reading more than 1 GiB wraps around it).
+  int64_t left = std::max<int64_t>(256, static_cast<int64_t>(bytes / 4) / 256 * 256);
   double total = 0;
   const auto t0 = clock_type::now();
+  while (left > 0) {
+    if (offset >= size) offset = 0;
+    const int64_t n = std::min(left, size - offset);
+    const float* p = buf.data() + offset;
 #pragma omp parallel reduction(+ : total)
-  {
-    float acc[128] = {};  // independent sums, as in read_bandwidth_gbs
+    {
+      float acc[128] = {};  // independent sums, as in read_bandwidth_gbs
 #pragma omp for schedule(static)
-    for (int64_t i = 0; i < n; i += 128)
-      for (int k = 0; k < 128; ++k) acc[k] += p[i + k];
-    for (float a : acc) total += a;
+      for (int64_t i = 0; i < n; i += 128)
+        for (int k = 0; k < 128; ++k) acc[k] += p[i + k];
+      for (float a : acc) total += a;
+    }
+    offset += n;
+    left -= n;
   }
   const double t = seconds_since(t0);
   if (total < 0) std::abort();

@@ -233,7 +233,7 @@ void decode_over_long_caches(std::vector<test::OpCase>& cases) {
   // layout, every head size it takes and one it does not (72), GQA, lengths below and past 4, 16
   // and a chunk.
   for (int64_t kv : {1, 3, 7, 21, 255, 300})
-    for (int64_t hd : {16, 32, 48, 64, 72, 128})
+    for (int64_t hd : {16, 32, 48, 64, 72, 80, 96, 112, 128})
       for (int64_t kvh : {4, 2}) {
         Case c;
         c.batch = 2;

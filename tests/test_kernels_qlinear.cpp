@@ -234,9 +234,10 @@ TEST(StoredLinear, RowIndependentRowsHaveTheBitsOfEachRowAlone) {
 // row-independent products, parts of different heights (rows not a multiple of 4) and biases;
 // weights of two types or widths are refused.
 TEST(StoredLinear, SharedInputProductsHaveTheBitsOfSeparateProducts) {
-  const int64_t heights[] = {13, 38, 7};
   for (const WeightType type : kTypes) {
-    for (const int64_t cols : {int64_t{96}, int64_t{288}}) {
+    // Narrow rows (the four-row calls) and 768-wide ones with a tall part, over the threads' split
+    for (const int64_t cols : {int64_t{96}, int64_t{288}, int64_t{768}}) {
+      const int64_t heights[] = {13, cols == 768 ? int64_t{301} : int64_t{38}, 7};
       std::vector<StoredWeight> w;
       std::vector<std::vector<float>> bias;
       for (size_t i = 0; i < 3; ++i) {

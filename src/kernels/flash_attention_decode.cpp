@@ -4,7 +4,9 @@
 // Decode (n_q == 1): the keys are cut into fixed chunks of kDecodeChunk = 256 (independent of the
 // thread count), one task per (batch, kv head, chunk) computes the chunk's partial softmax state
 // (max, sum, unnormalised accumulator) for every query head of the group, reading each key and
-// value once for the whole group; the states are then merged per (batch, head) in chunk order.
+// value once for the whole group (the float AVX-512 path, below, takes the group's heads one after
+// another, the chunk's rows then coming from the L2 cache for the second and later heads); the
+// states are then merged per (batch, head) in chunk order.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>

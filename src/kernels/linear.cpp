@@ -59,6 +59,7 @@ void linear_forward(T* y, const T* x, const Weight<T>& W, const T* b, int64_t n)
 
 template <typename T>
 void linear_forward_shared(std::initializer_list<LinearOut<T>> outs, const T* x, int64_t n) {
+  if (outs.size() == 0) return;
   if constexpr (std::is_same_v<T, float>) {
     std::array<StoredProduct, 4> parts;  // (a fixed array: a decode step allocates nothing)
     bool shared = outs.size() > 1 && outs.size() <= parts.size();

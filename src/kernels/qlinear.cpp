@@ -486,11 +486,13 @@ inline float hsum8(__m256 v) {
   return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
 }
 
-// Few rows: y[r0 + j, o] for j < C activation rows, weight row o block by block. Each activation
-// row keeps kChains float accumulators, block (or Q4_0_R8 block pair) i adding into chain i %
-// kChains, summed at the end: with one chain a block waited for the previous block's multiply-add
-// (4 cycles on a Zen 4), which held one core to about 17 GB/s of Q4_0 and Q8_0 from L2, below
-// what a decode needs from each of two cores to stream the weights at the read bandwidth.
+// Few rows: y[r0 + j, o + r] for j < C activation rows and r < R weight rows, each weight row block
+// by block. Each (weight row, activation row) sum keeps kChains float accumulators, the blocks
+// (or Q4_0_R8 block pairs) of each run of four adding into chains 0..3 and the last nb % 4 blocks
+// into chain 0, summed at the end: with one chain a block waited for the previous block's
+// multiply-add (4 cycles on a Zen 4), which held one core to 17-19 GB/s of Q4_0 and Q8_0 from
+// L2, below what a decode needs from each of two cores to stream the weights at the read
+// bandwidth. R only shares the activation loads and the set-up: the sums are the same for any R.
 constexpr int kChains = 4;
 template <WeightType kT, int C, int R = 1>
 void block_row_vnni(float* y, int64_t ldy, const Weight<float>& W, int64_t o, const QuantActs& a, int64_t r0) {
@@ -1081,10 +1083,11 @@ void stored_linear_shared(std::span<const StoredProduct> parts, const float* x, 
   int64_t rows = 0;
   for (const StoredProduct& p : parts) rows += p.W->rows;
   if (n <= 0 || rows == 0) return;
-  // Below kFewRows rows (or row-independent), one pass over every part's rows: one quantization of
-  // x and one parallel region for them all (decode's q, k and v, or w1 and w3: a 768 x 768 Q4_0
-  // product alone ran at 19 GB/s on 2 threads of a Zen 4, three as one pass at 27, the fixed cost
-  // of a pass, about 6 us, paid once). The tiled products, compute-bound, run part by part.
+  // Below kFewRows rows (or row-independent), one quantization of x for every part and, but for the
+  // dense row-independent batches of kFewRows or more, one parallel region over every part's rows
+  // (decode's q, k and v, or w1 and w3: a 768 x 768 Q4_0 product alone ran at 19 GB/s on 2 threads
+  // of a Zen 4, three as one pass at 27, the fixed cost of a pass, about 6 us, paid once). The
+  // tiled products, compute-bound, run part by part.
   const bool few = n < kFewRows || row_independent_products();
   auto each = [&](auto&& one) {
     for (const StoredProduct& p : parts) one(p.y, *p.W);

@@ -26,7 +26,11 @@
 //               one operand unsigned, so Q4_0's nibbles (0..15) are that operand and the -8 goes
 //               into the accumulator's start (-8 * sum x_q, from the activations), while Q8_0's
 //               activations are offset by +128 and the accumulator starts at -128 * sum w.
-//               Few rows: one block at a time, four weight rows against each activation row.
+//               Few rows: each weight row read front to back, block by block, against up to
+//               four activation rows, each (weight row, activation row) sum in four chains of
+//               float multiply-adds (block i into chain i % 4) added at the end; rows of at most
+//               512 values four weight rows a call against a single activation row (the same
+//               sums: only the set-up is shared).
 //               More rows (n >= 8): a register tile of 4 weight rows x 16 activation rows whose
 //               lanes are activation rows: the activations are packed 8 rows x 4 bytes per
 //               vector, a weight row's 4 bytes are broadcast, so 8 vpdpbusd finish a block for
@@ -59,7 +63,8 @@ void stored_linear(float* y, const float* x, const Weight<float>& W, int64_t n);
 // Products of one input: parts[i].y = x parts[i].W^T for every part (each y [n, W.rows],
 // overwritten), the weights of one type and width. Each part's result has the bits of
 // stored_linear on it alone; for few rows (n < 8, or row-independent) the parts share one
-// quantization (or rounding) of x and one parallel pass over all their rows (decode's q, k, v).
+// quantization (or rounding) of x and, below 8 rows or for the block types, one parallel pass over
+// all their rows (decode's q, k, v); dense row-independent batches of 8 or more go part by part.
 struct StoredProduct {
   float* y = nullptr;
   const Weight<float>* W = nullptr;

@@ -48,6 +48,7 @@ void BasicModel<T>::set_stored_weight(const std::string& name, WeightType type, 
         fail_input(name, "{}: {} bytes given, a [{}, {}] {} matrix has {}", name, bytes.size(), rows, cols,
                    weight_type_name(given), want);
       std::vector<uint8_t> packed = repack_weight(type, std::move(bytes), rows, cols);
+      stored_placed_ = true;
       const size_t at = (stored_arena_.size() + kAlignment - 1) / kAlignment * kAlignment;
       if (at + packed.size() <= stored_arena_.capacity()) {  // (within capacity: no reallocation)
         stored_arena_.resize(at + packed.size());
@@ -76,8 +77,7 @@ void BasicModel<T>::set_stored_weight(const std::string& name, WeightType type, 
 
 template <typename T>
 void BasicModel<T>::reserve_stored_weights(int64_t bytes) {
-  TF_CHECK(bytes >= 0 && stored_arena_.empty() && stored_.empty(),
-           "reserve_stored_weights: {} bytes after stored weights were set", bytes);
+  TF_CHECK(bytes >= 0 && !stored_placed_, "reserve_stored_weights: {} bytes after stored weights were set", bytes);
   stored_arena_.reserve(static_cast<size_t>(bytes));
   advise_huge_pages(stored_arena_.data(), static_cast<size_t>(bytes));
 }

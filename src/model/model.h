@@ -118,7 +118,8 @@ class BasicModel {
   ModelParams<T> weights_;
   std::vector<std::vector<uint8_t>> stored_;  // the buffers of set_stored_weight past the reserved room
   std::vector<uint8_t, AlignedAllocator<uint8_t>> stored_arena_;  // reserve_stored_weights' room
-  std::vector<T> sinusoidal_;  // [context_length, d_model] when positions = sinusoidal
+  bool stored_placed_ = false;  // a stored weight was set (the room may no longer move)
+  std::vector<T> sinusoidal_;   // [context_length, d_model] when positions = sinusoidal
   AttentionKernel attention_kernel_ = AttentionKernel::Tiled;
   T* keep_probs_ = nullptr;  // attention_probabilities' output while it runs
   Workspace ws_;
