@@ -413,8 +413,22 @@ try {
                                     "--lr", "0.003"], {stdio: "ignore"});
     const trained = new Promise((resolve) => trainer.on("exit", resolve));
     // While it trains: a curve with fewer points than the run will have, then every record drawn.
-    await page2.waitForSelector("#tr-svg .curve-val", {timeout: 60000});
-    const early = await page2.$eval("#tr-svg .curve-val", (p) => p.getAttribute("points").trim().split(/\s+/).length);
+    // The trainer is paused (SIGSTOP) once it has written a few records, until the page has drawn
+    // them: the page polls every 2 s, and the whole run can take less than that (it did once the
+    // decode kernels sped up), which made "while it trains" a race.
+    const metrics2 = path.join(run2, "metrics.jsonl");
+    const lines = () => (fs.existsSync(metrics2) ? fs.readFileSync(metrics2, "utf8").trim().split("\n").filter(Boolean).length : 0);
+    let exited = false;
+    trained.then(() => { exited = true; });
+    for (const t0 = Date.now(); lines() < 3 && !exited && Date.now() - t0 < 60000;) await new Promise((r) => setTimeout(r, 5));
+    const paused = !exited && trainer.kill("SIGSTOP");
+    check(paused, `the trainer was paused while it trained (${lines()} records written)`);
+    const atPause = lines();
+    await page2.waitForFunction((n) => (document.querySelector("#tr-svg .curve-val")?.getAttribute("points") || "").trim()
+      .split(/\s+/).filter(Boolean).length >= n, atPause, {timeout: 20000}).catch(() => {});
+    const early = await page2.$eval("#tr-svg .curve-val", (p) => p.getAttribute("points").trim().split(/\s+/).length)
+      .catch(() => 0);
+    if (paused) trainer.kill("SIGCONT");
     check((await trained) === 0, "tformer train wrote its run");
     const records2 = fs.readFileSync(path.join(run2, "metrics.jsonl"), "utf8").trim().split("\n").length;
     const drawn2 = await page2.waitForFunction((n) => document.querySelector("#tr-svg .curve-val")?.getAttribute("points").trim()
