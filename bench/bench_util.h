@@ -78,9 +78,7 @@ inline double read_seconds(double bytes) {
   // best plain read, not one that pays a TLB miss each 4 KB.
   static const std::vector<float> buf = [] {
     std::vector<float> b;
-    b.reserve(static_cast<size_t>(size));
-    advise_huge_pages(b.data(), static_cast<size_t>(size) * sizeof(float));
-    b.assign(static_cast<size_t>(size), 1.0f);
+    assign_on_huge_pages(b, static_cast<size_t>(size), 1.0f);
     return b;
   }();
   static int64_t offset = 0;

@@ -41,11 +41,7 @@ class BasicArena {
   }
   // One allocation for every declared tensor, zero-filled, backed by 2 MB pages where the system
   // has them (advised before the zeros touch it: core/memory.h).
-  void allocate() {
-    storage_.reserve(static_cast<size_t>(size_));
-    advise_huge_pages(storage_.data(), static_cast<size_t>(size_) * sizeof(T));
-    storage_.assign(static_cast<size_t>(size_), T(0));
-  }
+  void allocate() { assign_on_huge_pages(storage_, static_cast<size_t>(size_), T(0)); }
   // Frees the storage, keeping the layout (allocate() brings it back, zeroed).
   void release() {
     storage_.clear();

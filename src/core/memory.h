@@ -20,4 +20,17 @@ uint64_t available_memory_bytes();
 // this is not Linux); never fails.
 void advise_huge_pages(void* p, std::size_t bytes);
 
+// A vector's room for n elements (reserve) advised for 2 MB pages before anything touches it; and
+// its n elements set to `value` in such room (the arenas, the KV cache, the stored weights).
+template <typename Vec>
+void reserve_on_huge_pages(Vec& v, std::size_t n) {
+  v.reserve(n);
+  advise_huge_pages(v.data(), n * sizeof(typename Vec::value_type));
+}
+template <typename Vec>
+void assign_on_huge_pages(Vec& v, std::size_t n, const typename Vec::value_type& value) {
+  reserve_on_huge_pages(v, n);
+  v.assign(n, value);
+}
+
 }  // namespace tformer

@@ -83,20 +83,10 @@ void for_row_tiles(int64_t n, int64_t r, F&& f) {
   }
 }
 
-// The products of one input (stored_linear_shared): every part's rows, in order, as one range
-// split over the threads; f(part, row of that part). One row's work does not depend on which call
-// or which thread computes it, so the results are the bits of separate calls.
-template <typename F>
-void for_part_rows(std::span<const StoredProduct> parts, F&& f) {
-  int64_t total = 0;
-  for (const StoredProduct& p : parts) total += p.W->rows;
-  parallel_for(total, total * parts[0].W->cols >= 65536, [&](int64_t i) {
-    size_t k = 0;
-    while (i >= parts[k].W->rows) i -= parts[k++].W->rows;
-    f(parts[k], i);
-  });
-}
-// The same in units of up to U consecutive rows of one part: f(part, first row, rows in the unit).
+// The products of one input (stored_linear_shared): every part's rows, in order, in units of up
+// to U consecutive rows of one part, as one range split over the threads: f(part, first row, rows
+// in the unit). One row's work does not depend on which call or which thread computes it, so the
+// results are the bits of separate calls.
 template <int64_t U, typename F>
 void for_part_units(std::span<const StoredProduct> parts, F&& f) {
   auto units = [](const StoredProduct& p) { return (p.W->rows + U - 1) / U; };
@@ -108,6 +98,11 @@ void for_part_units(std::span<const StoredProduct> parts, F&& f) {
     const int64_t o = i * U;
     f(parts[k], o, std::min(U, parts[k].W->rows - o));
   });
+}
+// One row at a time: f(part, row of that part).
+template <typename F>
+void for_part_rows(std::span<const StoredProduct> parts, F&& f) {
+  for_part_units<1>(parts, [&](const StoredProduct& part, int64_t o, int64_t) { f(part, o); });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1074,14 +1069,14 @@ void stored_linear(float* y, const float* x, const Weight<float>& W, int64_t n) 
 void stored_linear_shared(std::span<const StoredProduct> parts, const float* x, int64_t n) {
   if (parts.empty()) return;
   const Weight<float>& W = *parts[0].W;
+  int64_t rows = 0;
   for (const StoredProduct& p : parts) {
     check_weight(*p.W, "stored_linear");
     TF_CHECK(p.W->type == W.type && p.W->cols == W.cols,
              "stored_linear: products of one input need one type and width ({} x {} {} beside {} x {} {})", p.W->rows,
              p.W->cols, weight_type_name(p.W->type), W.rows, W.cols, weight_type_name(W.type));
+    rows += p.W->rows;
   }
-  int64_t rows = 0;
-  for (const StoredProduct& p : parts) rows += p.W->rows;
   if (n <= 0 || rows == 0) return;
   // Below kFewRows rows (or row-independent), one quantization of x for every part and, but for the
   // dense row-independent batches of kFewRows or more, one parallel region over every part's rows

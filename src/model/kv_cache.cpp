@@ -17,11 +17,8 @@ BasicKVCache<T>::BasicKVCache(int64_t n_layers, int64_t batch, int64_t n_kv_head
   const auto n = static_cast<size_t>(n_layers * batch * n_kv_heads * capacity * head_dim);
   // Backed by 2 MB pages where the system has them (advised before the zeros touch them): decode
   // reads every filled slot of every layer a token.
-  for (auto* a : {&k_, &v_}) {
-    a->reserve(n);
-    advise_huge_pages(a->data(), n * sizeof(T));
-    a->assign(n, T(0));
-  }
+  assign_on_huge_pages(k_, n, T(0));
+  assign_on_huge_pages(v_, n, T(0));
   length_.assign(static_cast<size_t>(batch), 0);
 }
 

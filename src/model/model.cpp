@@ -78,8 +78,7 @@ void BasicModel<T>::set_stored_weight(const std::string& name, WeightType type, 
 template <typename T>
 void BasicModel<T>::reserve_stored_weights(int64_t bytes) {
   TF_CHECK(bytes >= 0 && !stored_placed_, "reserve_stored_weights: {} bytes after stored weights were set", bytes);
-  stored_arena_.reserve(static_cast<size_t>(bytes));
-  advise_huge_pages(stored_arena_.data(), static_cast<size_t>(bytes));
+  reserve_on_huge_pages(stored_arena_, static_cast<size_t>(bytes));
 }
 
 template <typename T>
