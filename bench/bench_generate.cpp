@@ -185,7 +185,8 @@ void run_gqa_context(const BenchShape& sh, int reps, double bandwidth, int64_t l
 // serves: decode tokens/s of `batch` sequences (one token each per step, after a `prompt`-token
 // prompt each), with the tiled products and with the row-independent ones the server's decode
 // uses (kernels/linear.h), the server's own work at `batch` clients done by the engine alone
-// ("workload": the prompts prefilled, then 64 tokens each sampled at temperature 1), and the
+// ("workload": the prompts prefilled, then 64 tokens each sampled at temperature 1, the draws of
+// a step in parallel as the server's loop makes them), and the
 // prefill time of one `prompt`-token prompt (the time to first token `tformer generate` has). One
 // JSON line.
 void run_serve_anchor(const std::string& file, int64_t batch, int64_t prompt, int64_t steps, int reps) {
@@ -231,6 +232,7 @@ void run_serve_anchor(const std::string& file, int64_t batch, int64_t prompt, in
       const auto t0 = clock_type::now();
       m.forward_cached(logits.data(), ids.data(), batch, prompt, nullptr, cache, false);
       for (int64_t s = 0; s < steps; ++s) {
+#pragma omp parallel for schedule(dynamic, 1)  // as the server's loop draws them
         for (int64_t b = 0; b < batch; ++b)
           next[static_cast<size_t>(b)] = samplers[static_cast<size_t>(b)].sample(logits.data() + b * V, V);
         m.forward_cached(logits.data(), next.data(), batch, 1, nullptr, cache, false);

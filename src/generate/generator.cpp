@@ -65,12 +65,24 @@ std::vector<std::vector<TokenId>> generate(Model& model, const std::vector<std::
   int64_t generated = 0;
   for (int64_t step = 0; step < options.max_new_tokens; ++step) {
     bool any = false;
-    for (int64_t b = 0; b < B; ++b) {
-      valid[b] = done[b] ? 0 : 1;
-      if (done[b]) continue;
+    // The draws in parallel (a softmax over the vocabulary each; every sequence has its own
+    // generator, so the tokens do not depend on the threads), then each token in order.
+    // (No parallel region for one sequence: a serialized region allocates its team each time.)
+    auto draw = [&](int64_t b) {
+      if (done[b]) return;
       for (const TokenId id : options.never_sample)
         if (id >= 0 && id < V) logits[b * V + id] = -std::numeric_limits<float>::infinity();
       next[b] = samplers[b].sample(logits.data() + b * V, V);
+    };
+    if (B == 1) {
+      draw(0);
+    } else {
+#pragma omp parallel for schedule(dynamic, 1)
+      for (int64_t b = 0; b < B; ++b) draw(b);
+    }
+    for (int64_t b = 0; b < B; ++b) {
+      valid[b] = done[b] ? 0 : 1;
+      if (done[b]) continue;
       out[b].push_back(next[b]);
       ++generated;
       if (on_token) on_token(b, next[b]);

@@ -52,6 +52,7 @@ struct Engine::Sequence {
   size_t sent = 0;   // bytes of text already streamed
   size_t longest_stop = 0;
   int64_t generated = 0;
+  TokenId next = 0;  // this step's draw
   // Samples of one prompt: a follower waits (leader_slot >= 0) for the leader's prefill, then takes
   // copies of its cache slots and logits. leader_order tells a follower from a later occupant of
   // the same slot.
@@ -361,7 +362,26 @@ void Engine::step() {
   std::vector<int64_t> slots;
   std::vector<TokenId> ids;
   std::vector<Sequence*> batch;
-  // 1. One token for every decoding sequence; retire the finished and the cancelled.
+  // 1. One token for every decoding sequence; retire the finished and the cancelled. The samplers
+  // (a softmax over the vocabulary each: on the 15M model at 16 sequences a fifth of the step)
+  // run in parallel: each sequence's draw depends only on its own logits and generator.
+  std::vector<Sequence*> drawing;
+  for (auto& sp : slots_)
+    if (sp && !sp->out->cancelled() && sp->decoding() && sp->job.max_tokens > 0) drawing.push_back(sp.get());
+  const auto n_draw = static_cast<int64_t>(drawing.size());
+  auto draw = [&](Sequence& s) {
+    float* lg = s.logits.data();
+    for (const TokenId id : never_sample_)
+      if (id >= 0 && id < V) lg[id] = -std::numeric_limits<float>::infinity();
+    s.next = s.sampler.sample(lg, V);
+    if (s.job.top_logprobs >= 0) s.pending_logprobs.push_back(logprobs(lg, V, s.next, s.job.top_logprobs, tokenizer_));
+  };
+  if (n_draw == 1) {
+    draw(*drawing[0]);  // no parallel region (a serialized one allocates its team each time)
+  } else if (n_draw > 1) {
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t d = 0; d < n_draw; ++d) draw(*drawing[static_cast<size_t>(d)]);
+  }
   for (auto& sp : slots_) {
     if (!sp) continue;
     Sequence& s = *sp;
@@ -374,10 +394,7 @@ void Engine::step() {
       retire(sp, "length");
       continue;
     }
-    float* lg = s.logits.data();
-    for (const TokenId id : never_sample_)
-      if (id >= 0 && id < V) lg[id] = -std::numeric_limits<float>::infinity();
-    const TokenId next = s.sampler.sample(lg, V);
+    const TokenId next = s.next;
     ++s.generated;
     s.out->completion_tokens = s.generated;
     const auto now = Clock::now();
@@ -393,7 +410,6 @@ void Engine::step() {
       }
     }
     s.last_token = now;
-    if (s.job.top_logprobs >= 0) s.pending_logprobs.push_back(logprobs(lg, V, next, s.job.top_logprobs, tokenizer_));
     std::string reason;
     if (eot_ && next == *eot_) {
       s.text += s.decoder.flush();  // bytes still waiting for the rest of a character
