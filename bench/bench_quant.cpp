@@ -63,7 +63,8 @@ Result run_file(const std::string& path, int reps) {
   res.file = path;
   res.type = weight_type_name(m.weights().layers.at(0).wq.type);
   res.bytes = m.weight_bytes_per_token();
-  const int64_t V = c.vocab_size, steps = 128, P = std::min<int64_t>(512, c.context_length);
+  const int64_t V = c.vocab_size, P = std::min<int64_t>(512, c.context_length);
+  constexpr int64_t steps = 128;
   // Step s (after the one-token prompt) attends to s + 2 keys and values in every layer.
   const double kv_per_token = 2.0 * static_cast<double>(c.n_layers * c.n_kv_heads * c.head_dim()) * sizeof(float);
   res.kv_bytes = kv_per_token * (2.0 + static_cast<double>(steps + 1)) / 2.0;
@@ -71,8 +72,11 @@ Result run_file(const std::string& path, int reps) {
   std::vector<double> decode, prefill, bandwidth, reads, fraction;
   constexpr int64_t kWindow = 8;
   std::vector<double> plain_window, read_window;  // the current pair's plain steps and reads
-  for (int r = 0; r < 2 * reps + 1; ++r) {        // the first repetition warms up (pages, scratch buffers)
-    const bool probed = r > reps;                 // then reps plain, then reps of plain and read windows
+  static_assert(steps % (2 * kWindow) == 0, "every repetition ends with a whole pair of windows");
+  for (int r = 0; r < 2 * reps + 1; ++r) {  // the first repetition warms up (pages, scratch buffers)
+    const bool probed = r > reps;           // then reps plain, then reps of plain and read windows
+    plain_window.clear();
+    read_window.clear();
     KVCache cache = m.make_cache(1, 1 + steps);
     TokenId next = 1;
     m.forward_cached(logits.data(), &next, 1, 1, nullptr, cache, false);

@@ -7,7 +7,9 @@
 # and the row-independent ones the server decodes with), the same work as the server's at 16
 # clients done by the engine alone (16 prompts prefilled, then 64 sampled tokens each: what the
 # server adds to it is the server's own cost), decode at batch 1, and the prefill of one prompt
-# (the time to first token of `tformer generate`).
+# (the time to first token of `tformer generate`). Where the time to first token at one client goes:
+# the server's own (from /metrics: request accepted to first token sampled) and a bare HTTP round
+# trip (GET /health) from the same client.
 #
 #   bash bench/serve.sh [BUILD]                 # BUILD defaults to build
 #   SHAPES=15M REQUESTS=8 bash bench/serve.sh   # REQUESTS: per client and level (default 4)
@@ -53,5 +55,10 @@ print(f"goals: 16 clients x{by[max(by)]['tokens_per_s'] / one['tokens_per_s']:.2
       f"{100 * by[max(by)]['tokens_per_s'] / anchor['workload']:.0f}% of its same work (>= 90%); "
       f"TTFT at 1 client {1000 * one['ttft_p50']:.1f} ms vs prefill {1000 * anchor['prefill_seconds']:.1f} ms "
       f"(x{one['ttft_p50'] / anchor['prefill_seconds']:.2f}, <= 1.10)")
+if one.get("server_ttft_mean") is not None:
+    print(f"TTFT at 1 client, where it goes: the server's own (request accepted to first token sampled, /metrics) "
+          f"{1000 * one['server_ttft_mean']:.1f} ms (x{one['server_ttft_mean'] / anchor['prefill_seconds']:.2f} the "
+          f"prefill); a bare HTTP round trip from the same client (GET /health, median) "
+          f"{1000 * one['health_round_trip']:.2f} ms")
 PY
 done

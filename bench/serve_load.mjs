@@ -2,7 +2,9 @@
 // clients (C in --clients, default 1,4,16), each sending streamed completions back to back
 // (prompts of --prompt tokens, --max-tokens tokens each, random seeds). Per level: aggregate
 // completion tokens/s over the level's wall time, and time to first token (first streamed text)
-// p50 and p99 seen by the clients. One JSON line per level.
+// p50 and p99 seen by the clients, the server's own mean time to first token (from /metrics: from
+// the request's acceptance to its first sampled token, no HTTP in it), and the median round trip
+// of GET /health before the levels (what HTTP alone costs these clients). One JSON line per level.
 //
 //   node bench/serve_load.mjs --tformer build/tformer --model FILE [--clients 1,4,16]
 //        [--requests 4] [--prompt 32] [--max-tokens 64] [--parallel 16] [--threads 2]
@@ -64,9 +66,28 @@ const quantile = (v, q) => {
   return s[Math.min(s.length - 1, Math.floor(q * s.length))];
 };
 
+// The server's time-to-first-token histogram: its sum and count.
+async function serverTtft() {
+  const text = await (await fetch(`${base}/metrics`)).text();
+  const get = (name) => {
+    const m = text.match(new RegExp(`^${name} (\\S+)$`, "m"));
+    if (!m) throw new Error(`serve_load.mjs: /metrics has no ${name}`);
+    return Number(m[1]);
+  };
+  return {sum: get("tformer_time_to_first_token_seconds_sum"), count: get("tformer_time_to_first_token_seconds_count")};
+}
+
 await one(1);  // warm-up
+const trips = [];
+for (let i = 0; i < 21; i++) {
+  const t0 = performance.now();
+  await (await fetch(`${base}/health`)).text();
+  trips.push((performance.now() - t0) / 1000);
+}
+const roundTrip = quantile(trips, 0.5);
 let seed = 10;
 for (const c of levels) {
+  const before = await serverTtft();
   const ttfts = [];
   let tokens = 0;
   const t0 = performance.now();
@@ -78,8 +99,12 @@ for (const c of levels) {
     }
   }));
   const wall = (performance.now() - t0) / 1000;
+  const after = await serverTtft();
   console.log(JSON.stringify({clients: c, requests: c * perClient, tokens, seconds: wall, tokens_per_s: tokens / wall,
-                              ttft_p50: quantile(ttfts, 0.5), ttft_p99: quantile(ttfts, 0.99)}));
+                              ttft_p50: quantile(ttfts, 0.5), ttft_p99: quantile(ttfts, 0.99),
+                              server_ttft_mean: after.count > before.count ?  // none with --max-tokens 0
+                                (after.sum - before.sum) / (after.count - before.count) : null,
+                              health_round_trip: roundTrip}));
 }
 child.kill("SIGTERM");
 await server.exited;

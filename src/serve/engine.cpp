@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <exception>
 #include <limits>
 
 #include "core/error.h"
+#include "core/threads.h"
 #include "kernels/linear.h"
 
 namespace tformer::serve {
@@ -369,19 +371,27 @@ void Engine::step() {
   for (auto& sp : slots_)
     if (sp && !sp->out->cancelled() && sp->decoding() && sp->job.max_tokens > 0) drawing.push_back(sp.get());
   const auto n_draw = static_cast<int64_t>(drawing.size());
-  auto draw = [&](Sequence& s) {
-    float* lg = s.logits.data();
-    for (const TokenId id : never_sample_)
-      if (id >= 0 && id < V) lg[id] = -std::numeric_limits<float>::infinity();
-    s.next = s.sampler.sample(lg, V);
-    if (s.job.top_logprobs >= 0) s.pending_logprobs.push_back(logprobs(lg, V, s.next, s.job.top_logprobs, tokenizer_));
-  };
-  if (n_draw == 1) {
-    draw(*drawing[0]);  // no parallel region (a serialized one allocates its team each time)
-  } else if (n_draw > 1) {
-#pragma omp parallel for schedule(dynamic, 1)
-    for (int64_t d = 0; d < n_draw; ++d) draw(*drawing[static_cast<size_t>(d)]);
-  }
+  // An exception may not leave an OpenMP region (std::terminate): the first is kept and rethrown
+  // after it, and the loop fails the running sequences as it did when the draws were serial.
+  std::exception_ptr failed;
+  std::mutex failed_mu;
+  parallel_region(n_draw > 1, [&] {
+    for_dynamic(n_draw, [&](int64_t d) {
+      Sequence& s = *drawing[static_cast<size_t>(d)];
+      try {
+        float* lg = s.logits.data();
+        for (const TokenId id : never_sample_)
+          if (id >= 0 && id < V) lg[id] = -std::numeric_limits<float>::infinity();
+        s.next = s.sampler.sample(lg, V);
+        if (s.job.top_logprobs >= 0)
+          s.pending_logprobs.push_back(logprobs(lg, V, s.next, s.job.top_logprobs, tokenizer_));
+      } catch (...) {
+        std::lock_guard lock(failed_mu);
+        if (!failed) failed = std::current_exception();
+      }
+    });
+  });
+  if (failed) std::rethrow_exception(failed);
   for (auto& sp : slots_) {
     if (!sp) continue;
     Sequence& s = *sp;

@@ -5,8 +5,9 @@
 // in a bounded queue until a slot is free, then joins the running batch at the next step. Each
 // step of the loop
 //   1. samples one token for every sequence that is decoding (from the logits of its last
-//      forward; the draws in parallel, each from its own generator), streams its text, and retires the sequences that finished (end-of-text, their
-//      max_tokens, a stop string, a full slot) or were cancelled, freeing their slots;
+//      forward; the draws in parallel, each from its own generator), streams its text, and
+//      retires the sequences that finished (end-of-text, their max_tokens, a stop string, a full
+//      slot) or were cancelled, freeing their slots;
 //   2. runs one decode forward over the sequences still decoding, each at its own position
 //      (Model::forward_cached with slots: the batch is the sequences of this step, wherever they
 //      sit in the cache);
