@@ -86,8 +86,9 @@ for r in runs:
     if (r["shape"], r["type"]) not in keys:
         keys.append((r["shape"], r["type"]))
 med = lambda rs, k: statistics.median(r[k] for r in rs)
-# MB/tok: the weights a step reads + the mean keys and values it reads; %bound: the median of each
-# round's decode over its own bound (bench_quant measures the bandwidth beside every repetition).
+# MB/tok: the weights a step reads + the mean keys and values it reads; %bound: the median over the
+# rounds of bench_quant's bound_fraction (each round's plain steps against reads of their bytes in
+# the same seconds: bench/bench_quant.cpp says how).
 print(f"{'shape':>5} {'type':>7} {'MB/tok':>12} {'decode':>8} {'bound':>8} {'%bound':>6} {'llama tg128':>11} {'x':>5}"
       f" {'prefill':>8} {'llama pp512':>11} {'x':>5}  (tokens/s, medians of {len(runs) // max(1, len(keys))} rounds; GB/s)")
 for shape, typ in keys:
