@@ -32,6 +32,24 @@ struct StoredWeight {
   Weight<float> view() const { return {type, bytes.data(), rows, cols}; }
 };
 
+// ggml's blocks (each a 2-byte scale and its values) regrouped as Q4_0_R8 / Q8_0_R8 are laid out,
+// written here from the layout's description (kernels/qlinear.h), apart from repack_weight: per
+// row, per whole group of eight blocks, the eight scales, then the eight blocks' values in order;
+// the blocks past the last whole group as they were.
+std::vector<uint8_t> regroup_by_eight(const std::vector<uint8_t>& ggml, int64_t rows, int64_t cols, size_t block) {
+  std::vector<uint8_t> out;
+  const int64_t nb = cols / 32, whole = nb / 8 * 8;
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint8_t* row = ggml.data() + static_cast<size_t>(r * nb) * block;
+    for (int64_t g = 0; g < whole; g += 8) {
+      for (int64_t k = g; k < g + 8; ++k) out.insert(out.end(), row + k * block, row + k * block + 2);
+      for (int64_t k = g; k < g + 8; ++k) out.insert(out.end(), row + k * block + 2, row + (k + 1) * block);
+    }
+    out.insert(out.end(), row + whole * block, row + nb * block);
+  }
+  return out;
+}
+
 StoredWeight make_weight(WeightType type, int64_t rows, int64_t cols, uint64_t seed) {
   Rng rng(seed);
   std::vector<float> w(static_cast<size_t>(rows * cols));
@@ -56,16 +74,14 @@ StoredWeight make_weight(WeightType type, int64_t rows, int64_t cols, uint64_t s
       quantize_row_bf16(w, std::span<uint16_t>(reinterpret_cast<uint16_t*>(s.bytes.data()), n));
       break;
     case WeightType::Q8_0:
+    case WeightType::Q8_0_R8:  // ggml's blocks, then regrouped as the kernels keep them
       quantize_row_q8_0(w, std::span<BlockQ8_0>(reinterpret_cast<BlockQ8_0*>(s.bytes.data()), n / 32));
+      if (type == WeightType::Q8_0_R8) s.bytes = regroup_by_eight(s.bytes, rows, cols, sizeof(BlockQ8_0));
       break;
     case WeightType::Q4_0:
     case WeightType::Q4_0_R8:  // ggml's blocks, then regrouped as the kernels keep them
       quantize_row_q4_0(w, std::span<BlockQ4_0>(reinterpret_cast<BlockQ4_0*>(s.bytes.data()), n / 32));
-      if (type == WeightType::Q4_0_R8) {
-        WeightType t = WeightType::Q4_0;
-        s.bytes = repack_weight(t, std::move(s.bytes), rows, cols);
-        EXPECT_EQ(t, WeightType::Q4_0_R8);
-      }
+      if (type == WeightType::Q4_0_R8) s.bytes = regroup_by_eight(s.bytes, rows, cols, sizeof(BlockQ4_0));
       break;
     case WeightType::F64:
       ADD_FAILURE() << "no f64 stored weights";
@@ -82,12 +98,14 @@ std::vector<float> random_acts(int64_t n, int64_t cols, uint64_t seed) {
   return x;
 }
 
-const WeightType kTypes[] = {WeightType::F32,  WeightType::F16,  WeightType::BF16,
-                             WeightType::Q8_0, WeightType::Q4_0, WeightType::Q4_0_R8};
+const WeightType kTypes[] = {WeightType::F32,  WeightType::F16,     WeightType::BF16,   WeightType::Q8_0,
+                             WeightType::Q4_0, WeightType::Q4_0_R8, WeightType::Q8_0_R8};
 
 TEST(StoredLinear, EveryKernelEqualsTheReferenceOnEveryTail) {
-  // (Q4_0_R8: 288 = one group of eight blocks and a block past it; 2048 = eight whole groups.)
-  const std::pair<int64_t, int64_t> shapes[] = {{5, 32}, {13, 96}, {37, 288}, {67, 768}, {9, 2048}, {6, 544}};
+  // (Q4_0_R8, Q8_0_R8: 288 = one group of eight blocks and a block past it; 544, two groups and a
+  // block; 2048 = eight whole groups.)
+  const std::pair<int64_t, int64_t> shapes[] = {{5, 32},   {13, 96}, {37, 288}, {67, 768},
+                                                {9, 2048}, {6, 544}, {5, 576},  {3, 800}};
   const int64_t ns[] = {1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 24, 40, 135};
   for (const WeightType type : kTypes) {
     for (const auto& [rows, cols] : shapes) {
@@ -151,7 +169,7 @@ TEST(StoredLinear, ReferenceOfHandWorkedBlocks) {
 TEST(StoredLinear, BlockTypesDifferFromTheFloatProductOnlyByTheActivationRounding) {
   // Quantizing x to Q8_0 moves each value by at most half its block's scale, so the result is
   // within sum_b d_x[b] / 2 * sum |w| of the dequantized weights times the float activations.
-  for (const WeightType type : {WeightType::Q8_0, WeightType::Q4_0}) {
+  for (const WeightType type : {WeightType::Q8_0, WeightType::Q4_0, WeightType::Q8_0_R8}) {
     const int64_t rows = 11, cols = 256, n = 3;
     const StoredWeight w = make_weight(type, rows, cols, 5);
     const auto x = random_acts(n, cols, 6);
@@ -202,7 +220,8 @@ TEST(StoredLinear, SameBitsWithOneAndTwoThreads) {
 // weight row; from 8 rows on, four weight rows at a time, with the weight rows' tail of 1 to 3)
 // and widths with and without a masked tail.
 TEST(StoredLinear, RowIndependentRowsHaveTheBitsOfEachRowAlone) {
-  const std::pair<int64_t, int64_t> shapes[] = {{13, 96}, {38, 288}, {7, 200}, {16, 64}};
+  // (800: three groups of eight blocks and one past them, wider than the four-row calls take.)
+  const std::pair<int64_t, int64_t> shapes[] = {{13, 96}, {38, 288}, {7, 200}, {16, 64}, {9, 800}};
   for (const WeightType type : kTypes) {
     for (const auto& [rows, cols] : shapes) {
       if (type != WeightType::F32 && type != WeightType::F16 && type != WeightType::BF16 && cols % 32 != 0) continue;
@@ -305,31 +324,54 @@ TEST(StoredLinear, LinearForwardAddsTheBiasAndRefusesABackward) {
 }
 
 TEST(StoredLinear, RepackingRegroupsTheSameBytesAndMeansTheSameValues) {
-  for (const int64_t cols : {int64_t{32}, int64_t{224}, int64_t{256}, int64_t{288}, int64_t{768}}) {
-    SCOPED_TRACE(cols);
-    const StoredWeight plain = make_weight(WeightType::Q4_0, 3, cols, 21);
-    const StoredWeight packed = make_weight(WeightType::Q4_0_R8, 3, cols, 21);
-    EXPECT_EQ(packed.dequantized, plain.dequantized);
-    auto sorted = [](std::vector<uint8_t> v) {
-      std::sort(v.begin(), v.end());
-      return v;
-    };
-    EXPECT_EQ(packed.bytes.size(), plain.bytes.size());
-    EXPECT_EQ(sorted(packed.bytes), sorted(plain.bytes));
-    // Fewer than eight blocks: nothing to regroup.
-    EXPECT_EQ(packed.bytes == plain.bytes, cols < 256);
-    // Group 0 of row 0 starts with its 8 scales: block k's scale, then the 8 x 16 nibble bytes.
-    if (cols >= 256) {
-      for (int k = 0; k < 8; ++k) {
-        EXPECT_EQ(std::memcmp(packed.bytes.data() + 2 * k, plain.bytes.data() + 18 * k, 2), 0) << k;
-        EXPECT_EQ(std::memcmp(packed.bytes.data() + 16 + 16 * k, plain.bytes.data() + 18 * k + 2, 16), 0) << k;
+  for (const auto& [from, to, block] :
+       {std::tuple{WeightType::Q4_0, WeightType::Q4_0_R8, 18}, std::tuple{WeightType::Q8_0, WeightType::Q8_0_R8, 34}}) {
+    for (const int64_t cols : {int64_t{32}, int64_t{224}, int64_t{256}, int64_t{288}, int64_t{768}, int64_t{800}}) {
+      SCOPED_TRACE(std::string(weight_type_name(to)) + " " + std::to_string(cols));
+      const StoredWeight plain = make_weight(from, 3, cols, 21);
+      const StoredWeight packed = make_weight(to, 3, cols, 21);
+      // repack_weight lays them out so: Q4_0 at every width, Q8_0 wider than 512 values (narrower
+      // Q8_0 rows are kept in ggml's layout and type).
+      WeightType t = from;
+      const std::vector<uint8_t> repacked = repack_weight(t, plain.bytes, 3, cols);
+      const bool regroups = from == WeightType::Q4_0 || cols > 512;
+      EXPECT_EQ(t, regroups ? to : from);
+      EXPECT_EQ(repacked, regroups ? packed.bytes : plain.bytes);
+      EXPECT_EQ(packed.dequantized, plain.dequantized);
+      auto sorted = [](std::vector<uint8_t> v) {
+        std::sort(v.begin(), v.end());
+        return v;
+      };
+      EXPECT_EQ(packed.bytes.size(), plain.bytes.size());
+      EXPECT_EQ(sorted(packed.bytes), sorted(plain.bytes));
+      // Fewer than eight blocks: nothing to regroup.
+      EXPECT_EQ(packed.bytes == plain.bytes, cols < 256);
+      // Group 0 of row 0 starts with its 8 scales: block k's scale, then the 8 blocks' values.
+      const int values = block - 2;
+      if (cols >= 256) {
+        for (int k = 0; k < 8; ++k) {
+          EXPECT_EQ(std::memcmp(packed.bytes.data() + 2 * k, plain.bytes.data() + block * k, 2), 0) << k;
+          EXPECT_EQ(std::memcmp(packed.bytes.data() + 16 + values * k, plain.bytes.data() + block * k + 2,
+                                static_cast<size_t>(values)),
+                    0)
+              << k;
+        }
+      }
+      // Past the whole groups, ggml's blocks as they were (288: block 8 of each row).
+      if (cols == 288) {
+        const int64_t rb = 9 * block;
+        for (int64_t r = 0; r < 3; ++r)
+          EXPECT_EQ(std::memcmp(packed.bytes.data() + r * rb + 8 * block, plain.bytes.data() + r * rb + 8 * block,
+                                static_cast<size_t>(block)),
+                    0)
+              << r;
       }
     }
   }
-  WeightType other = WeightType::Q8_0;
-  const std::vector<uint8_t> q8(68, 7);
-  EXPECT_EQ(repack_weight(other, q8, 1, 64), q8);
-  EXPECT_EQ(other, WeightType::Q8_0);
+  WeightType other = WeightType::BF16;
+  const std::vector<uint8_t> bf(128, 7);
+  EXPECT_EQ(repack_weight(other, bf, 1, 64), bf);
+  EXPECT_EQ(other, WeightType::BF16);
 }
 
 TEST(StoredLinear, RowBytesAreGgmlsBlockSizes) {

@@ -328,9 +328,12 @@ TEST_F(GgufModelTest, StoredTypesRunAsStoredLikeTheirDequantizedWeights) {
   const auto tok = CharTokenizer::bytes();
   const char* configs[] = {
       R"({"d_model": 64, "d_ff": 96, "n_heads": 2, "activation": "gelu_tanh", "positions": "learned"})",
-      // Rows of 8 and 9 blocks: Q4_0_R8's whole groups and a block past one.
+      // Rows of 8 and 9 blocks: Q4_0_R8's and Q8_0_R8's whole groups and a block past one.
       R"({"d_model": 256, "d_ff": 288, "n_heads": 4, "n_kv_heads": 2, "norm": "rmsnorm", "positions": "rope",
           "activation": "swiglu", "bias": false, "tied_embeddings": false, "rope_pairing": "halves"})",
+      // Rows wider than 512 values (Q8_0_R8: 576 = two groups and a block, 800 three and a block).
+      R"({"d_model": 576, "d_ff": 800, "n_heads": 4, "norm": "rmsnorm", "positions": "rope", "activation": "swiglu",
+          "bias": false})",
   };
   for (const char* cfg : configs) {
     auto m = random_model(config(cfg), 13);
@@ -344,6 +347,7 @@ TEST_F(GgufModelTest, StoredTypesRunAsStoredLikeTheirDequantizedWeights) {
          {std::pair{GgufExportType::F16, WeightType::F16}, std::pair{GgufExportType::BF16, WeightType::BF16},
           std::pair{GgufExportType::Q8_0, WeightType::Q8_0},
           std::pair{GgufExportType::Q4_0, WeightType::Q4_0_R8}}) {  // Q4_0 is kept regrouped
+
       SCOPED_TRACE(std::string(cfg) + " " + weight_type_name(wt));
       export_gguf(path("s.gguf"), *m, tok, "", type);
       LoadedModel back = load_model(path("s.gguf"));
@@ -351,7 +355,8 @@ TEST_F(GgufModelTest, StoredTypesRunAsStoredLikeTheirDequantizedWeights) {
       for (const auto* w :
            {&q.weights().layers[0].wq, &q.weights().layers[0].wk, &q.weights().layers[1].wv, &q.weights().layers[1].wo,
             &q.weights().layers[0].w1, &q.weights().layers[1].w2, &q.weights().output})
-        EXPECT_EQ(w->type, wt);
+        // (Q8_0 rows wider than 512 values regrouped, kernels/qlinear.h)
+        EXPECT_EQ(w->type, wt == WeightType::Q8_0 && w->cols > 512 ? WeightType::Q8_0_R8 : wt) << w->cols;
       // The same weights, dense: the arena holds the dequantized values.
       Model dense(q.config());
       std::copy(q.params().data(), q.params().data() + q.params().size(), dense.params().data());
@@ -377,6 +382,11 @@ TEST_F(GgufModelTest, StoredTypesRunAsStoredLikeTheirDequantizedWeights) {
       // whole prompt instead, the prompt's attention sums in another order than decode's, about
       // 1e-7 apart, which can carry an activation across a Q8_0 rounding boundary: Q4_0 moved by
       // 1.2e-2 of the largest logit on the first config, as nudging the attention by 2e-7 did.)
+      // Not on the wide config: its products round about three times as many activations, and in
+      // 7 of 9 seeds one of them fell across a rounding boundary between the two orders (at seed 13
+      // Q8_0 agreed to 1.4e-6 for eight tokens, then moved by 1.4e-2 at the ninth); the kernel tests
+      // hold its few-row and tiled products to the reference instead.
+      if (cfg == configs[2]) continue;
       constexpr int64_t kCopies = 8;
       const int64_t V = q.config().vocab_size;
       KVCache one = q.make_cache(1, static_cast<int64_t>(ids.size())),

@@ -27,9 +27,10 @@ enum class WeightType : uint8_t {
   Q8_0,     // ggml's Q8_0 blocks (kernels/quant.h), in / 32 per row     (float activations only)
   Q4_0,     // ggml's Q4_0 blocks, in / 32 per row                      (float activations only)
   Q4_0_R8,  // Q4_0 regrouped by eight blocks in memory (kernels/qlinear.h: repack_weight)
+  Q8_0_R8,  // Q8_0 regrouped by eight blocks in memory (likewise)
 };
-// The stored types (F16 to Q4_0_R8) run in kernels/qlinear.h; "f32", "f16", "bf16", "q8_0", "q4_0",
-// "q4_0_r8".
+// The stored types (F16 to Q8_0_R8) run in kernels/qlinear.h; "f32", "f16", "bf16", "q8_0", "q4_0",
+// "q4_0_r8", "q8_0_r8".
 const char* weight_type_name(WeightType type);
 
 // The dense type whose values a Weight<T> holds directly.

@@ -36,12 +36,15 @@ constexpr int64_t kFewRows = 8;                    // n below this: the weights 
 constexpr int64_t kPanelRows = 2048;               // F16 / BF16 weight rows converted per sgemm call (its NC)
 constexpr int64_t kGroupsPerPass = 16;             // activation groups of 8 rows a pass of the tiled product covers
 constexpr int64_t kActsPerPassBytes = 512 * 1024;  // at least; the block types' passes take this much
+constexpr int64_t kNarrowCols = 512;               // rows this wide or less: decode's four-row calls (below)
 
 const uint8_t* row_ptr(const Weight<float>& W, int64_t r) {
   return static_cast<const uint8_t*>(W.data) + r * weight_row_bytes(W.type, W.cols);
 }
 
-bool is_block_type(WeightType t) { return t == WeightType::Q8_0 || t == WeightType::Q4_0 || t == WeightType::Q4_0_R8; }
+bool is_block_type(WeightType t) {
+  return t == WeightType::Q8_0 || t == WeightType::Q4_0 || t == WeightType::Q4_0_R8 || t == WeightType::Q8_0_R8;
+}
 
 // Block b of a Q4_0 row (nb blocks) in ggml's layout or regrouped (Q4_0_R8: per group of eight,
 // 8 fp16 scales then 8 x 16 bytes of nibbles; the blocks past the last whole group as ggml's).
@@ -50,6 +53,7 @@ struct Q4Block {
   uint16_t d;
   const uint8_t* qs;
 };
+constexpr bool is_q4(WeightType t) { return t == WeightType::Q4_0 || t == WeightType::Q4_0_R8; }
 inline Q4Block q4_block(const uint8_t* row, int64_t b, int64_t nb, bool r8) {
   Q4Block out{};
   const uint8_t* at = nullptr;
@@ -63,6 +67,29 @@ inline Q4Block q4_block(const uint8_t* row, int64_t b, int64_t nb, bool r8) {
   at = row + full / kR8 * kR8GroupBytes + (b - full) * static_cast<int64_t>(sizeof(BlockQ4_0));
   std::memcpy(&out.d, at, 2);
   out.qs = at + 2;
+  return out;
+}
+
+// Block b of a Q8_0 row in ggml's layout or regrouped (Q8_0_R8: per group of eight, 8 fp16 scales
+// then 8 x 32 bytes of values; the blocks past the last whole group as ggml's).
+constexpr int64_t kQ8GroupBytes = kR8 * static_cast<int64_t>(sizeof(BlockQ8_0));
+struct Q8Block {
+  uint16_t d;
+  const int8_t* qs;
+};
+inline Q8Block q8_block(const uint8_t* row, int64_t b, int64_t nb, bool r8) {
+  Q8Block out{};
+  const int64_t full = r8 ? nb / kR8 * kR8 : 0;
+  const uint8_t* at = nullptr;
+  if (b < full) {
+    const uint8_t* group = row + b / kR8 * kQ8GroupBytes;
+    std::memcpy(&out.d, group + 2 * (b % kR8), 2);
+    out.qs = reinterpret_cast<const int8_t*>(group + 2 * kR8 + QK * (b % kR8));
+    return out;
+  }
+  at = row + full / kR8 * kQ8GroupBytes + (b - full) * static_cast<int64_t>(sizeof(BlockQ8_0));
+  std::memcpy(&out.d, at, 2);
+  out.qs = reinterpret_cast<const int8_t*>(at + 2);
   return out;
 }
 
@@ -110,7 +137,8 @@ void for_part_rows(std::span<const StoredProduct> parts, F&& f) {
 //   q    [n, in]     int8 values
 //   u    [n, in]     q + 128 as unsigned bytes (the unsigned operand against Q8_0 weights)
 //   d    [n, nb]     the fp16-rounded scale, as float
-//   lane [n, nb, 8]  -8 * (sum of the 4 values of each vpdpbusd lane): Q4_0's accumulator start
+//   lane [n, nb, 8]  -c * (sum of the 4 values of each vpdpbusd lane): the accumulator start of
+//                    Q4_0 (c = 8, the nibbles' offset) and of Q8_0_R8 (c = 128, the weights')
 struct QuantActs {
   int64_t n = 0, in = 0, nb = 0;
   const int8_t* q = nullptr;
@@ -137,11 +165,12 @@ enum : size_t {
   kSlotPairStart = 3
 };
 
-// What a kernel reads beside q and d: the unsigned copy (Q8_0, few rows), Q4_0's lane starts (few
-// rows) and the pair arrangement (Q4_0_R8, few rows). The tiled kernels and the portable loops
-// read q and d only.
+// What a kernel reads beside q and d: the unsigned copy (Q8_0, few rows), the lane starts (Q4_0,
+// Q4_0_R8 and Q8_0_R8, few rows; lane_scale their c) and the pair arrangement (Q4_0_R8, few
+// rows). The tiled kernels and the portable loops read q and d only.
 struct ActsNeed {
   bool unsigned_copy = false, lanes = false, pairs = false;
+  int32_t lane_scale = 8;
 };
 
 QuantActs quantize_acts(const float* x, int64_t n, int64_t in, ActsNeed need = {}) {
@@ -176,7 +205,9 @@ QuantActs quantize_acts(const float* x, int64_t n, int64_t in, ActsNeed need = {
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(urow),
                             _mm256_xor_si256(v, _mm256_set1_epi8(static_cast<char>(0x80))));
       if (need.lanes) {
-        const __m256i sums = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(8), v);  // 8 * lane sums
+        // c * lane sums (c = 8 or 128, an unsigned byte)
+        const __m256i sums =
+            _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(static_cast<char>(need.lane_scale)), v);
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(lanes), _mm256_sub_epi32(_mm256_setzero_si256(), sums));
       }
 #else
@@ -184,7 +215,7 @@ QuantActs quantize_acts(const float* x, int64_t n, int64_t in, ActsNeed need = {
         for (int64_t j = 0; j < QK; ++j) urow[j] = static_cast<uint8_t>(static_cast<int>(bq.qs[j]) + 128);
       if (need.lanes)
         for (int64_t l = 0; l < 8; ++l)
-          lanes[l] = -8 * (qrow[4 * l] + qrow[4 * l + 1] + qrow[4 * l + 2] + qrow[4 * l + 3]);
+          lanes[l] = -need.lane_scale * (qrow[4 * l] + qrow[4 * l + 1] + qrow[4 * l + 2] + qrow[4 * l + 3]);
 #endif
     }
   });
@@ -226,10 +257,10 @@ QuantActs quantize_acts(const float* x, int64_t n, int64_t in, ActsNeed need = {
 template <WeightType kT>
 int32_t block_dot(const uint8_t* wrow, int64_t b, int64_t nb, const int8_t* xq, float* dw) {
   int32_t s = 0;
-  if constexpr (kT == WeightType::Q8_0) {
-    const auto* blk = reinterpret_cast<const BlockQ8_0*>(wrow) + b;
-    *dw = f16_to_f32(blk->d);
-    for (int64_t j = 0; j < QK; ++j) s += static_cast<int32_t>(blk->qs[j]) * xq[j];
+  if constexpr (kT == WeightType::Q8_0 || kT == WeightType::Q8_0_R8) {
+    const Q8Block blk = q8_block(wrow, b, nb, kT == WeightType::Q8_0_R8);
+    *dw = f16_to_f32(blk.d);
+    for (int64_t j = 0; j < QK; ++j) s += static_cast<int32_t>(blk.qs[j]) * xq[j];
   } else {
     const Q4Block blk = q4_block(wrow, b, nb, kT == WeightType::Q4_0_R8);
     *dw = f16_to_f32(blk.d);
@@ -491,7 +522,7 @@ inline float hsum8(__m256 v) {
 constexpr int kChains = 4;
 template <WeightType kT, int C, int R = 1>
 void block_row_vnni(float* y, int64_t ldy, const Weight<float>& W, int64_t o, const QuantActs& a, int64_t r0) {
-  constexpr bool kQ4 = kT == WeightType::Q4_0 || kT == WeightType::Q4_0_R8;
+  constexpr bool kQ4 = is_q4(kT);
   constexpr bool kR8Layout = kT == WeightType::Q4_0_R8;
   const uint8_t* wr[R];  // weight rows o .. o + R - 1
   for (int r = 0; r < R; ++r) wr[r] = row_ptr(W, o + r);
@@ -606,6 +637,94 @@ void block_row_vnni(float* y, int64_t ldy, const Weight<float>& W, int64_t o, co
           hsum8(_mm256_add_ps(_mm256_add_ps(acc[r][j][0], acc[r][j][1]), _mm256_add_ps(acc[r][j][2], acc[r][j][3])));
 }
 
+// Q8_0_R8, few rows: y[r0 + j, o + r] for j < C activation rows and r < R weight rows. Per whole
+// group of eight blocks the eight scales convert as one vector, and each 512-bit load holds two
+// blocks' values. vpdpbusd wants one operand unsigned: here the weights, offset by 128 (w ^ 0x80
+// = w + 128), against the signed activations, the accumulator starting at -128 * each lane's
+// activation sum (QuantActs::lane, c = 128), so the integer sums are exact and a block pair takes
+// one vpdpbusd, one conversion, one scale permutation and one multiply-add (ggml's layout took two
+// vpdpbusd, a subtraction and a scalar scale a block: 1.3 ns a block from L2 on one Zen 4 core,
+// here 0.9). Pair p of a group adds into chain p (lanes 0..7 block 2p, 8..15 block 2p + 1); the
+// blocks past the last whole group, 256 bits a block, into one more accumulator, added to the
+// lower half at the end. With R = 4 the four rows are reduced together (hsum16x4: the same bits
+// as hsum16), and R only shares the loads and the set-up: the sums are the same for any R or C.
+template <int C, int R = 1>
+void q8r8_row_vnni(float* y, int64_t ldy, const Weight<float>& W, int64_t o, const QuantActs& a, int64_t r0) {
+  static_assert(kChains == 4 && (R == 1 || R == 4));
+  const uint8_t* wr[R];
+  for (int r = 0; r < R; ++r) wr[r] = row_ptr(W, o + r);
+  const int8_t* xq[C];
+  const float* xd[C];
+  const int32_t* xl[C];
+  for (int j = 0; j < C; ++j) {
+    xq[j] = a.q + (r0 + j) * a.in;
+    xd[j] = a.d + (r0 + j) * a.nb;
+    xl[j] = a.lane + (r0 + j) * a.nb * 8;
+  }
+  __m512 acc[R][C][kChains];
+  __m256 tail[R][C];
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < C; ++j) {
+      for (auto& v : acc[r][j]) v = _mm512_setzero_ps();
+      tail[r][j] = _mm256_setzero_ps();
+    }
+  const __m512i offset = _mm512_set1_epi8(static_cast<char>(0x80));
+  const __m512i pidx[4] = {_mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0),
+                           _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2),
+                           _mm512_set_epi32(5, 5, 5, 5, 5, 5, 5, 5, 4, 4, 4, 4, 4, 4, 4, 4),
+                           _mm512_set_epi32(7, 7, 7, 7, 7, 7, 7, 7, 6, 6, 6, 6, 6, 6, 6, 6)};
+  const int64_t nb = a.nb, groups = nb / kR8;
+  for (int64_t g = 0; g < groups; ++g) {
+    __m512 sc[R][C];  // the group's eight d_w * d_x, in the lower half
+    for (int r = 0; r < R; ++r) {
+      const __m256 dwg = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wr[r] + g * kQ8GroupBytes)));
+      for (int j = 0; j < C; ++j)
+        sc[r][j] = _mm512_castps256_ps512(_mm256_mul_ps(dwg, _mm256_loadu_ps(xd[j] + g * kR8)));
+    }
+    for (int p = 0; p < 4; ++p) {
+      __m512i wv[R];
+      for (int r = 0; r < R; ++r)
+        wv[r] = _mm512_xor_si512(_mm512_loadu_si512(wr[r] + g * kQ8GroupBytes + 2 * kR8 + 2 * QK * p), offset);
+      const int64_t b = g * kR8 + 2 * p;
+      for (int j = 0; j < C; ++j) {
+        const __m512i xv = _mm512_loadu_si512(xq[j] + b * QK);
+        const __m512i start = _mm512_loadu_si512(xl[j] + b * 8);
+        for (int r = 0; r < R; ++r)
+          acc[r][j][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(start, wv[r], xv)),
+                                         _mm512_permutexvar_ps(pidx[p], sc[r][j]), acc[r][j][p]);
+      }
+    }
+  }
+  for (int64_t b = groups * kR8; b < nb; ++b) {
+    for (int r = 0; r < R; ++r) {
+      const auto* blk = reinterpret_cast<const BlockQ8_0*>(wr[r] + groups * kQ8GroupBytes) + (b - groups * kR8);
+      const __m256i wv = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qs)),
+                                          _mm512_castsi512_si256(offset));
+      const float dw = _cvtsh_ss(blk->d);
+      for (int j = 0; j < C; ++j) {
+        const __m256i sum = _mm256_dpbusd_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xl[j] + b * 8)), wv,
+                                                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[j] + b * QK)));
+        tail[r][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_set1_ps(dw * xd[j][b]), tail[r][j]);
+      }
+    }
+  }
+  __m512 total[R][C];
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < C; ++j) {
+      const __m512 z =
+          _mm512_add_ps(_mm512_add_ps(acc[r][j][0], acc[r][j][1]), _mm512_add_ps(acc[r][j][2], acc[r][j][3]));
+      total[r][j] = groups * kR8 < nb ? _mm512_add_ps(z, _mm512_zextps256_ps512(tail[r][j])) : z;
+    }
+  for (int j = 0; j < C; ++j) {
+    float* yr = y + (r0 + j) * ldy + o;
+    if constexpr (R == 4) {
+      _mm_storeu_ps(yr, hsum16x4(total[0][j], total[1][j], total[2][j], total[3][j]));
+    } else {
+      yr[0] = hsum16(total[0][j]);
+    }
+  }
+}
+
 // Narrow rows (at most kNarrowCols values: the 15M shape's 288) go four weight rows a call for a
 // single activation row, sharing its loads and the call's set-up: at 288 values a Q4_0 row is one
 // group and a block, and the set-up and the final reduction cost more than the blocks (a 32000 x
@@ -613,21 +732,26 @@ void block_row_vnni(float* y, int64_t ldy, const Weight<float>& W, int64_t o, co
 // 316-326 -> 172-222 us; 15M Q4_0 decode ~1,650 -> ~2,000 tok/s). Wider rows stay one a call: four
 // 768-wide rows read side by side were four short streams to the prefetcher, and a 110M decode
 // from DRAM ran slower. Each (weight row, activation row) sum is the same either way.
-constexpr int64_t kNarrowCols = 512;
 template <WeightType kT>
 void block_rows_vnni(std::span<const StoredProduct> parts, const QuantActs& a) {
+  // (Q8_0_R8 has its own kernel; the others share block_row_vnni.)
+  auto row = [&]<int C, int R = 1>(const StoredProduct& part, int64_t o, int64_t r0) {
+    if constexpr (kT == WeightType::Q8_0_R8) {
+      q8r8_row_vnni<C, R>(part.y, part.W->rows, *part.W, o, a, r0);
+    } else {
+      block_row_vnni<kT, C, R>(part.y, part.W->rows, *part.W, o, a, r0);
+    }
+  };
   if (a.n == 1 && a.in <= kNarrowCols) {
     constexpr int64_t kR = 4;
     for_part_units<kR>(parts, [&](const StoredProduct& part, int64_t o, int64_t count) {
-      if (count == kR) return block_row_vnni<kT, 1, kR>(part.y, part.W->rows, *part.W, o, a, 0);
-      for (int64_t i = 0; i < count; ++i) block_row_vnni<kT, 1>(part.y, part.W->rows, *part.W, o + i, a, 0);
+      if (count == kR) return row.template operator()<1, kR>(part, o, 0);
+      for (int64_t i = 0; i < count; ++i) row.template operator()<1>(part, o + i, 0);
     });
     return;
   }
   for_part_rows(parts, [&](const StoredProduct& part, int64_t o) {
-    for_row_tiles(a.n, 0, [&](auto c, int64_t r0) {
-      block_row_vnni<kT, decltype(c)::value>(part.y, part.W->rows, *part.W, o, a, r0);
-    });
+    for_row_tiles(a.n, 0, [&](auto c, int64_t r0) { row.template operator()<decltype(c)::value>(part, o, r0); });
   });
 }
 
@@ -691,7 +815,7 @@ PackedActs pack_acts(const QuantActs& a, bool q4) {
 template <WeightType kT, int NG>
 void block_gemm_tile(float* y, int64_t ldy, int64_t n, const uint8_t* wq, const float* wd, const int32_t* wneg,
                      int64_t in, int64_t o0, int64_t m, const PackedActs& p, int64_t g0) {
-  constexpr bool kQ4 = kT != WeightType::Q8_0;
+  constexpr bool kQ4 = is_q4(kT);
   const int64_t nb = p.nb;
   __m256 acc[4][NG];
   for (auto& row : acc)
@@ -733,9 +857,9 @@ void unpack_weight_rows(uint8_t* wq, float* wd, int32_t* wneg, const Weight<floa
     const uint8_t* row = row_ptr(W, o0 + std::min<int64_t>(i, m - 1));
     for (int64_t b = 0; b < nb; ++b) {
       uint8_t* dst = wq + i * in + b * QK;
-      if constexpr (kT == WeightType::Q8_0) {
-        const auto* blk = reinterpret_cast<const BlockQ8_0*>(row) + b;
-        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qs));
+      if constexpr (kT == WeightType::Q8_0 || kT == WeightType::Q8_0_R8) {
+        const Q8Block blk = q8_block(row, b, nb, kT == WeightType::Q8_0_R8);
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qs));
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), v);
         // -128 * sum w: vpdpbusd of the bytes against -128 would need a signed first operand;
         // 128 * (lane sums), summed, negated.
@@ -743,7 +867,7 @@ void unpack_weight_rows(uint8_t* wq, float* wd, int32_t* wneg, const Weight<floa
         const __m128i h = _mm_add_epi32(_mm256_castsi256_si128(lanes), _mm256_extracti128_si256(lanes, 1));
         const __m128i q = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4E));
         wneg[i * nb + b] = -128 * _mm_cvtsi128_si32(_mm_add_epi32(q, _mm_shuffle_epi32(q, 0xB1)));
-        wd[i * nb + b] = _cvtsh_ss(blk->d);
+        wd[i * nb + b] = _cvtsh_ss(blk.d);
       } else {
         const Q4Block blk = q4_block(row, b, nb, kT == WeightType::Q4_0_R8);
         const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.qs)), low4 = _mm_set1_epi8(0x0F);
@@ -758,7 +882,7 @@ void unpack_weight_rows(uint8_t* wq, float* wd, int32_t* wneg, const Weight<floa
 
 template <WeightType kT>
 void block_gemm_vnni(float* y, const Weight<float>& W, const QuantActs& a) {
-  const PackedActs p = pack_acts(a, kT != WeightType::Q8_0);
+  const PackedActs p = pack_acts(a, is_q4(kT));
   const int64_t out = W.rows, in = W.cols, nb = a.nb, quads = (out + 3) / 4;
   parallel_region(out * in * a.n >= (1 << 20), [&] {
     const ScratchBuffer<uint8_t> wq(kSlotWeights, static_cast<size_t>(4 * in), ScratchBuffer<uint8_t>::Unfilled{});
@@ -985,6 +1109,8 @@ const char* weight_type_name(WeightType type) {
       return "q4_0";
     case WeightType::Q4_0_R8:
       return "q4_0_r8";
+    case WeightType::Q8_0_R8:
+      return "q8_0_r8";
   }
   return "unknown";
 }
@@ -999,6 +1125,7 @@ int64_t weight_row_bytes(WeightType type, int64_t cols) {
     case WeightType::BF16:
       return 2 * cols;
     case WeightType::Q8_0:
+    case WeightType::Q8_0_R8:
       return cols / QK * static_cast<int64_t>(sizeof(BlockQ8_0));
     case WeightType::Q4_0:
     case WeightType::Q4_0_R8:
@@ -1008,24 +1135,27 @@ int64_t weight_row_bytes(WeightType type, int64_t cols) {
 }
 
 std::vector<uint8_t> repack_weight(WeightType& type, std::vector<uint8_t> bytes, int64_t rows, int64_t cols) {
-  if (type != WeightType::Q4_0) return bytes;
+  if (type != WeightType::Q4_0 && !(type == WeightType::Q8_0 && cols > kNarrowCols)) return bytes;
   TF_CHECK(cols % QK == 0 && static_cast<int64_t>(bytes.size()) == rows * weight_row_bytes(type, cols),
-           "repack_weight: {} bytes for a [{}, {}] q4_0 matrix", bytes.size(), rows, cols);
+           "repack_weight: {} bytes for a [{}, {}] {} matrix", bytes.size(), rows, cols, weight_type_name(type));
+  // A block is its 2-byte scale and `values` bytes; a group, the eight scales then the eight blocks' values.
+  const bool q8 = type == WeightType::Q8_0;
+  const int64_t block = q8 ? static_cast<int64_t>(sizeof(BlockQ8_0)) : static_cast<int64_t>(sizeof(BlockQ4_0));
+  const int64_t values = block - 2, group = kR8 * block;
   const int64_t nb = cols / QK, groups = nb / kR8, rb = weight_row_bytes(type, cols);
   std::vector<uint8_t> out(bytes.size());
   for (int64_t r = 0; r < rows; ++r) {
-    const auto* src = reinterpret_cast<const BlockQ4_0*>(bytes.data() + r * rb);
+    const uint8_t* src = bytes.data() + r * rb;
     uint8_t* dst = out.data() + r * rb;
     for (int64_t g = 0; g < groups; ++g)
       for (int64_t k = 0; k < kR8; ++k) {
-        const BlockQ4_0& blk = src[g * kR8 + k];
-        std::memcpy(dst + g * kR8GroupBytes + 2 * k, &blk.d, 2);
-        std::memcpy(dst + g * kR8GroupBytes + 2 * kR8 + 16 * k, blk.qs, 16);
+        const uint8_t* blk = src + (g * kR8 + k) * block;
+        std::memcpy(dst + g * group + 2 * k, blk, 2);
+        std::memcpy(dst + g * group + 2 * kR8 + values * k, blk + 2, static_cast<size_t>(values));
       }
-    std::memcpy(dst + groups * kR8GroupBytes, src + groups * kR8,
-                static_cast<size_t>((nb - groups * kR8) * static_cast<int64_t>(sizeof(BlockQ4_0))));
+    std::memcpy(dst + groups * group, src + groups * group, static_cast<size_t>((nb - groups * kR8) * block));
   }
-  type = WeightType::Q4_0_R8;
+  type = q8 ? WeightType::Q8_0_R8 : WeightType::Q4_0_R8;
   return out;
 }
 
@@ -1042,6 +1172,14 @@ void dequantize_weight_rows(float* out, const Weight<float>& W, int64_t r0, int6
         break;
       case WeightType::Q4_0:
         dequantize_row_q4_0(std::span<const BlockQ4_0>(reinterpret_cast<const BlockQ4_0*>(row), in / QK), o);
+        break;
+      case WeightType::Q8_0_R8:
+        for (int64_t b = 0; b < in / QK; ++b) {  // each block back in ggml's layout
+          const Q8Block at = q8_block(row, b, in / QK, true);
+          BlockQ8_0 blk{at.d, {}};
+          std::memcpy(blk.qs, at.qs, sizeof(blk.qs));
+          dequantize_row_q8_0(std::span<const BlockQ8_0>(&blk, 1), o.subspan(static_cast<size_t>(b * QK), QK));
+        }
         break;
       case WeightType::Q4_0_R8:
         for (int64_t b = 0; b < in / QK; ++b) {  // each block back in ggml's layout
@@ -1092,11 +1230,15 @@ void stored_linear_shared(std::span<const StoredProduct> parts, const float* x, 
     const QuantActs a = quantize_acts(x, n, W.cols,
                                       {.unsigned_copy = few && W.type == WeightType::Q8_0,
                                        .lanes = few && W.type != WeightType::Q8_0,
-                                       .pairs = few && W.type == WeightType::Q4_0_R8});
+                                       .pairs = few && W.type == WeightType::Q4_0_R8,
+                                       .lane_scale = W.type == WeightType::Q8_0_R8 ? 128 : 8});
     switch (W.type) {
       case WeightType::Q8_0:
         if (few) return block_rows_vnni<WeightType::Q8_0>(parts, a);
         return each([&](float* y, const Weight<float>& w) { block_gemm_vnni<WeightType::Q8_0>(y, w, a); });
+      case WeightType::Q8_0_R8:
+        if (few) return block_rows_vnni<WeightType::Q8_0_R8>(parts, a);
+        return each([&](float* y, const Weight<float>& w) { block_gemm_vnni<WeightType::Q8_0_R8>(y, w, a); });
       case WeightType::Q4_0:
         if (few) return block_rows_vnni<WeightType::Q4_0>(parts, a);
         return each([&](float* y, const Weight<float>& w) { block_gemm_vnni<WeightType::Q4_0>(y, w, a); });
@@ -1109,6 +1251,8 @@ void stored_linear_shared(std::span<const StoredProduct> parts, const float* x, 
     switch (W.type) {
       case WeightType::Q8_0:
         return block_rows_plain<WeightType::Q8_0>(parts, a);
+      case WeightType::Q8_0_R8:
+        return block_rows_plain<WeightType::Q8_0_R8>(parts, a);
       case WeightType::Q4_0:
         return block_rows_plain<WeightType::Q4_0>(parts, a);
       default:
@@ -1158,9 +1302,21 @@ void stored_linear_reference(float* y, const float* x, const Weight<float>& W, i
         for (int64_t b = 0; b < nb; ++b) {
           float dw = 0;
           const int8_t* xb = xq[static_cast<size_t>(b)].qs;
-          const int32_t s = W.type == WeightType::Q8_0   ? block_dot<WeightType::Q8_0>(row, b, nb, xb, &dw)
-                            : W.type == WeightType::Q4_0 ? block_dot<WeightType::Q4_0>(row, b, nb, xb, &dw)
-                                                         : block_dot<WeightType::Q4_0_R8>(row, b, nb, xb, &dw);
+          int32_t s = 0;
+          switch (W.type) {
+            case WeightType::Q8_0:
+              s = block_dot<WeightType::Q8_0>(row, b, nb, xb, &dw);
+              break;
+            case WeightType::Q8_0_R8:
+              s = block_dot<WeightType::Q8_0_R8>(row, b, nb, xb, &dw);
+              break;
+            case WeightType::Q4_0:
+              s = block_dot<WeightType::Q4_0>(row, b, nb, xb, &dw);
+              break;
+            default:
+              s = block_dot<WeightType::Q4_0_R8>(row, b, nb, xb, &dw);
+              break;
+          }
           acc += static_cast<double>(dw) * f16_to_f32(xq[static_cast<size_t>(b)].d) * s;
         }
       } else {
