@@ -199,18 +199,20 @@ TEST(StoredLinear, BlockTypesDifferFromTheFloatProductOnlyByTheActivationRoundin
 
 TEST(StoredLinear, SameBitsWithOneAndTwoThreads) {
   for (const WeightType type : kTypes) {
-    const StoredWeight w = make_weight(type, 301, 512, 9);
-    for (const int64_t n : {int64_t{1}, int64_t{5}, int64_t{37}}) {
-      const auto x = random_acts(n, 512, 10);
-      auto run = [&](int threads) {
-        set_num_threads(threads);
-        std::vector<float> y(static_cast<size_t>(n * 301));
-        stored_linear(y.data(), x.data(), w.view(), n);
-        return y;
-      };
-      const auto one = run(1), two = run(2);
-      set_num_threads(0);
-      EXPECT_EQ(one, two) << weight_type_name(type) << " n=" << n;
+    for (const int64_t cols : {int64_t{512}, int64_t{800}}) {  // 800: wider than the four-row calls
+      const StoredWeight w = make_weight(type, 301, cols, 9);
+      for (const int64_t n : {int64_t{1}, int64_t{5}, int64_t{37}}) {
+        const auto x = random_acts(n, cols, 10);
+        auto run = [&](int threads) {
+          set_num_threads(threads);
+          std::vector<float> y(static_cast<size_t>(n * 301));
+          stored_linear(y.data(), x.data(), w.view(), n);
+          return y;
+        };
+        const auto one = run(1), two = run(2);
+        set_num_threads(0);
+        EXPECT_EQ(one, two) << weight_type_name(type) << " " << cols << " n=" << n;
+      }
     }
   }
 }
@@ -380,6 +382,8 @@ TEST(StoredLinear, RowBytesAreGgmlsBlockSizes) {
   EXPECT_EQ(weight_row_bytes(WeightType::BF16, 64), 128);
   EXPECT_EQ(weight_row_bytes(WeightType::Q8_0, 64), 68);
   EXPECT_EQ(weight_row_bytes(WeightType::Q4_0, 64), 36);
+  EXPECT_EQ(weight_row_bytes(WeightType::Q8_0_R8, 64), 68);  // regrouped: the same bytes
+  EXPECT_EQ(weight_row_bytes(WeightType::Q4_0_R8, 64), 36);
 }
 
 }  // namespace

@@ -42,8 +42,8 @@
 //               Q8_0_R8 (Q8_0 regrouped, rows wider than 512), few rows: likewise eight scales a
 //               vector, and a 512-bit load holds two blocks' values; the weights are the unsigned
 //               operand (w + 128, an xor) against the activations as they are, the accumulator
-//               starting at -128 * each lane's activation sum, so a block pair takes one
-//               vpdpbusd, one conversion and one multiply-add.
+//               starting at -128 * each lane's activation sum, so a block pair takes an xor,
+//               one vpdpbusd, one conversion, one scale permutation and one multiply-add.
 //               Without VNNI (the portable build) the same integer sums in plain loops.
 //
 // Every output element is computed by one thread in a fixed order: results do not depend on the
