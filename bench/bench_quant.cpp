@@ -27,7 +27,15 @@
 //                left out): the share of the bound the steps reached at that moment. For files
 //                larger than the L3 cache (the 110M shape) it is a share of the DRAM bound; the
 //                15M shape's weights stay in the L3 cache between plain steps, so its fraction is
-//                no DRAM bound (and may pass 100%).
+//                no DRAM bound (and may pass 100%);
+//   products     the step's matrix products alone, pass by pass as a decode step makes them (q, k,
+//                v as one pass, o, w1 and w3 as one, w2, per layer, then the output matrix; one
+//                fixed input row), in windows of 4 runs and 4 plain reads of their bytes in turn
+//                (the first run after a read left out, as for the steps): the median over the
+//                pairs of windows of read time over products time. Beside `fraction`, it says how
+//                much of a step's
+//                distance from the bound is its kernels' and how much the rest of the step's
+//                (attention, norms, RoPE, the activation, the passes' starts and ends).
 
 #include <fmt/format.h>
 
@@ -53,7 +61,69 @@ using bench::seconds_since;
 struct Result {
   std::string file, type;
   double bytes = 0, kv_bytes = 0, decode = 0, prefill = 0, bandwidth = 0, bound = 0, fraction = 0;
+  double products = 0;  // read time over the products' time (median)
 };
+
+// A decode step's products, in its passes: the weights of each pass (one input, one output each).
+std::vector<std::vector<const Weight<float>*>> decode_passes(const ModelParams<float>& w) {
+  std::vector<std::vector<const Weight<float>*>> passes;
+  for (const auto& l : w.layers) {
+    passes.push_back({&l.wq, &l.wk, &l.wv});
+    passes.push_back({&l.wo});
+    passes.push_back(l.w3.present() ? std::vector<const Weight<float>*>{&l.w1, &l.w3}
+                                    : std::vector<const Weight<float>*>{&l.w1});
+    passes.push_back({&l.w2});
+  }
+  passes.push_back({&w.output});
+  return passes;
+}
+
+// The median of (a plain read of the products' bytes) / (the products), over `pairs` alternations.
+double products_fraction(const ModelParams<float>& w, int64_t pairs) {
+  const auto passes = decode_passes(w);
+  int64_t width = 0, height = 0;
+  double bytes = 0;
+  for (const auto& pass : passes) {
+    int64_t rows = 0;
+    for (const Weight<float>* m : pass) {
+      width = std::max(width, m->cols);
+      rows += m->rows;
+      bytes += static_cast<double>(m->rows * weight_row_bytes(m->type, m->cols));
+    }
+    height = std::max(height, rows);
+  }
+  std::vector<float> x(static_cast<size_t>(width)), y(static_cast<size_t>(height));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = 0.01f * static_cast<float>((i * 37) % 101) - 0.5f;
+  std::vector<StoredProduct> parts;
+  auto run_products = [&] {
+    const auto t0 = clock_type::now();
+    for (const auto& pass : passes) {
+      parts.clear();
+      int64_t at = 0;
+      for (const Weight<float>* m : pass) {
+        parts.push_back({y.data() + at, m});
+        at += m->rows;
+      }
+      stored_linear_shared(parts, x.data(), 1);
+    }
+    return seconds_since(t0);
+  };
+  // Windows as the steps' (run_file): kWindow products runs, the first (after a read) left out,
+  // then kWindow reads; per pair the read window's median over the products window's.
+  constexpr int kWindow = 4;
+  std::vector<double> ratio, window_products, window_reads;
+  for (int64_t p = 0; p < pairs + 1; ++p) {  // the first pair warms up
+    window_products.clear();
+    window_reads.clear();
+    for (int i = 0; i < kWindow; ++i) {
+      const double t = run_products();
+      if (i > 0) window_products.push_back(t);
+    }
+    for (int i = 0; i < kWindow; ++i) window_reads.push_back(bench::read_seconds(bytes));
+    if (p > 0) ratio.push_back(median(window_reads) / median(window_products));
+  }
+  return median(ratio);
+}
 
 Result run_file(const std::string& path, int reps) {
   LoadedModel lm = load_model(path);
@@ -120,6 +190,7 @@ Result run_file(const std::string& path, int reps) {
   res.fraction = median(fraction);
   res.bound = 1 / median(reads);
   res.prefill = median(prefill);
+  res.products = products_fraction(m.weights(), 4 * reps);
   return res;
 }
 
@@ -173,13 +244,15 @@ int main(int argc, char** argv) {
         fmt::print(
             "{{\"file\": \"{}\", \"type\": \"{}\", \"bytes_per_token\": {:.0f}, \"kv_bytes_per_token\": {:.0f}, "
             "\"bandwidth_gbs\": {:.2f}, \"decode_tps\": {:.2f}, \"bound_tps\": {:.2f}, \"bound_fraction\": {:.4f}, "
-            "\"prefill_tps\": {:.2f}}}\n",
-            r.file, r.type, r.bytes, r.kv_bytes, r.bandwidth, r.decode, bound, r.fraction, r.prefill);
+            "\"prefill_tps\": {:.2f}, \"products_fraction\": {:.4f}}}\n",
+            r.file, r.type, r.bytes, r.kv_bytes, r.bandwidth, r.decode, bound, r.fraction, r.prefill, r.products);
       } else {
         fmt::print(
             "{:<28} {:>5}  {:6.1f} + {:4.1f} MB/token  decode {:8.1f} tok/s; {:3.0f}% of the bound beside its reads "
-            "(bound {:.1f} tok/s, {:.1f} GB/s)  prefill 512 {:8.1f} tok/s\n",
-            f, r.type, r.bytes * 1e-6, r.kv_bytes * 1e-6, r.decode, 100 * r.fraction, bound, r.bandwidth, r.prefill);
+            "(bound {:.1f} tok/s, {:.1f} GB/s); the products alone {:3.0f}% of a read of their bytes  prefill 512 "
+            "{:8.1f} tok/s\n",
+            f, r.type, r.bytes * 1e-6, r.kv_bytes * 1e-6, r.decode, 100 * r.fraction, bound, r.bandwidth,
+            100 * r.products, r.prefill);
       }
     }
   } catch (const std::exception& e) {
