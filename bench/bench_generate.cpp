@@ -232,10 +232,8 @@ void run_serve_anchor(const std::string& file, int64_t batch, int64_t prompt, in
       const auto t0 = clock_type::now();
       m.forward_cached(logits.data(), ids.data(), batch, prompt, nullptr, cache, false);
       for (int64_t s = 0; s < steps; ++s) {
-        parallel_region(batch > 1, [&] {  // as the server's loop draws them
-          for_dynamic(batch, [&](int64_t b) {
-            next[static_cast<size_t>(b)] = samplers[static_cast<size_t>(b)].sample(logits.data() + b * V, V);
-          });
+        parallel_for_dynamic(batch, batch > 1, [&](int64_t b) {  // as the server's loop draws them
+          next[static_cast<size_t>(b)] = samplers[static_cast<size_t>(b)].sample(logits.data() + b * V, V);
         });
         m.forward_cached(logits.data(), next.data(), batch, 1, nullptr, cache, false);
       }

@@ -12,6 +12,8 @@
 #include <omp.h>
 
 #include <cstdint>
+#include <exception>
+#include <mutex>
 #include <string>
 
 namespace tformer {
@@ -68,6 +70,27 @@ void for_dynamic(int64_t n, F&& body) {
     for (int64_t i = 0; i < n; ++i) body(i);
   }
 }
+// body(i) for i in [0, n), handed out one at a time over the pool when `enough` (uneven
+// iterations, such as a sampler each), else a plain loop. An exception may not leave an OpenMP
+// region (std::terminate): the first one an iteration throws is kept and rethrown on the calling
+// thread once the loop is over (the other iterations still run).
+template <typename F>
+void parallel_for_dynamic(int64_t n, bool enough, F&& body) {
+  std::exception_ptr failed;
+  std::mutex failed_mu;
+  parallel_region(enough, [&] {
+    for_dynamic(n, [&](int64_t i) {
+      try {
+        body(i);
+      } catch (...) {
+        const std::lock_guard lock(failed_mu);
+        if (!failed) failed = std::current_exception();
+      }
+    });
+  });
+  if (failed) std::rethrow_exception(failed);
+}
+
 // OpenBLAS's build description (core type, threading model), for logs and the threading test.
 std::string blas_config();
 // 0 = sequential, 1 = pthreads, 2 = OpenMP (OpenBLAS's openblas_get_parallel()).

@@ -2,9 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
-#include <exception>
 #include <limits>
-#include <mutex>
 
 #include "core/error.h"
 #include "core/threads.h"
@@ -70,22 +68,12 @@ std::vector<std::vector<TokenId>> generate(Model& model, const std::vector<std::
     bool any = false;
     // The draws in parallel (a softmax over the vocabulary each; every sequence has its own
     // generator, so the tokens do not depend on the threads), then each token in order.
-    std::exception_ptr failed;  // an exception may not leave an OpenMP region: kept, rethrown after it
-    std::mutex failed_mu;
-    parallel_region(B > 1, [&] {
-      for_dynamic(B, [&](int64_t b) {
-        if (done[b]) return;
-        try {
-          for (const TokenId id : options.never_sample)
-            if (id >= 0 && id < V) logits[b * V + id] = -std::numeric_limits<float>::infinity();
-          next[b] = samplers[b].sample(logits.data() + b * V, V);
-        } catch (...) {
-          std::lock_guard lock(failed_mu);
-          if (!failed) failed = std::current_exception();
-        }
-      });
+    parallel_for_dynamic(B, B > 1, [&](int64_t b) {
+      if (done[b]) return;
+      for (const TokenId id : options.never_sample)
+        if (id >= 0 && id < V) logits[b * V + id] = -std::numeric_limits<float>::infinity();
+      next[b] = samplers[b].sample(logits.data() + b * V, V);
     });
-    if (failed) std::rethrow_exception(failed);
     for (int64_t b = 0; b < B; ++b) {
       valid[b] = done[b] ? 0 : 1;
       if (done[b]) continue;

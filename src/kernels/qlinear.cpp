@@ -93,6 +93,14 @@ inline Q8Block q8_block(const uint8_t* row, int64_t b, int64_t nb, bool r8) {
   return out;
 }
 
+// A block found by q4_block / q8_block, put back together in ggml's layout.
+template <typename Block, typename At>
+Block as_ggml_block(const At& at) {
+  Block blk{at.d, {}};
+  std::memcpy(blk.qs, at.qs, sizeof(blk.qs));
+  return blk;
+}
+
 // f(std::integral_constant<int, C>{}, r) over the activation rows from r on: four at a time, then
 // the one to three left, so that each tile's row count is a constant its registers are laid out by.
 template <typename F>
@@ -1175,19 +1183,15 @@ void dequantize_weight_rows(float* out, const Weight<float>& W, int64_t r0, int6
       case WeightType::Q4_0:
         dequantize_row_q4_0(std::span<const BlockQ4_0>(reinterpret_cast<const BlockQ4_0*>(row), in / QK), o);
         break;
-      case WeightType::Q8_0_R8:
-        for (int64_t b = 0; b < in / QK; ++b) {  // each block back in ggml's layout
-          const Q8Block at = q8_block(row, b, in / QK, true);
-          BlockQ8_0 blk{at.d, {}};
-          std::memcpy(blk.qs, at.qs, sizeof(blk.qs));
+      case WeightType::Q8_0_R8:  // each block back in ggml's layout, then as ggml's
+        for (int64_t b = 0; b < in / QK; ++b) {
+          const auto blk = as_ggml_block<BlockQ8_0>(q8_block(row, b, in / QK, true));
           dequantize_row_q8_0(std::span<const BlockQ8_0>(&blk, 1), o.subspan(static_cast<size_t>(b * QK), QK));
         }
         break;
       case WeightType::Q4_0_R8:
-        for (int64_t b = 0; b < in / QK; ++b) {  // each block back in ggml's layout
-          const Q4Block at = q4_block(row, b, in / QK, true);
-          BlockQ4_0 blk{at.d, {}};
-          std::memcpy(blk.qs, at.qs, sizeof(blk.qs));
+        for (int64_t b = 0; b < in / QK; ++b) {
+          const auto blk = as_ggml_block<BlockQ4_0>(q4_block(row, b, in / QK, true));
           dequantize_row_q4_0(std::span<const BlockQ4_0>(&blk, 1), o.subspan(static_cast<size_t>(b * QK), QK));
         }
         break;

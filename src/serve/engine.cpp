@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <exception>
 #include <limits>
 
 #include "core/error.h"
@@ -371,27 +370,16 @@ void Engine::step() {
   for (auto& sp : slots_)
     if (sp && !sp->out->cancelled() && sp->decoding() && sp->job.max_tokens > 0) drawing.push_back(sp.get());
   const auto n_draw = static_cast<int64_t>(drawing.size());
-  // An exception may not leave an OpenMP region (std::terminate): the first is kept and rethrown
-  // after it, and the loop fails the running sequences as it did when the draws were serial.
-  std::exception_ptr failed;
-  std::mutex failed_mu;
-  parallel_region(n_draw > 1, [&] {
-    for_dynamic(n_draw, [&](int64_t d) {
-      Sequence& s = *drawing[static_cast<size_t>(d)];
-      try {
-        float* lg = s.logits.data();
-        for (const TokenId id : never_sample_)
-          if (id >= 0 && id < V) lg[id] = -std::numeric_limits<float>::infinity();
-        s.next = s.sampler.sample(lg, V);
-        if (s.job.top_logprobs >= 0)
-          s.pending_logprobs.push_back(logprobs(lg, V, s.next, s.job.top_logprobs, tokenizer_));
-      } catch (...) {
-        std::lock_guard lock(failed_mu);
-        if (!failed) failed = std::current_exception();
-      }
-    });
+  // (A draw's exception is rethrown after the loop, which then fails the running sequences as it
+  // did when the draws were serial.)
+  parallel_for_dynamic(n_draw, n_draw > 1, [&](int64_t d) {
+    Sequence& s = *drawing[static_cast<size_t>(d)];
+    float* lg = s.logits.data();
+    for (const TokenId id : never_sample_)
+      if (id >= 0 && id < V) lg[id] = -std::numeric_limits<float>::infinity();
+    s.next = s.sampler.sample(lg, V);
+    if (s.job.top_logprobs >= 0) s.pending_logprobs.push_back(logprobs(lg, V, s.next, s.job.top_logprobs, tokenizer_));
   });
-  if (failed) std::rethrow_exception(failed);
   for (auto& sp : slots_) {
     if (!sp) continue;
     Sequence& s = *sp;
