@@ -34,8 +34,9 @@ struct StoredWeight {
 
 // ggml's blocks (each a 2-byte scale and its values) regrouped as Q4_0_R8 / Q8_0_R8 are laid out,
 // written here from the layout's description (kernels/qlinear.h), apart from repack_weight: per
-// row, per whole group of eight blocks, the eight scales, then the eight blocks' values in order;
-// the blocks past the last whole group as they were.
+// row, per whole group of eight blocks, the eight scales, then the eight blocks' values: Q8_0's
+// block after block; Q4_0's 16 bytes of nibbles in four rounds, round k taking bytes 4k..4k + 3
+// of each block in block order. The blocks past the last whole group as they were.
 std::vector<uint8_t> regroup_by_eight(const std::vector<uint8_t>& ggml, int64_t rows, int64_t cols, size_t block) {
   std::vector<uint8_t> out;
   const int64_t nb = cols / 32, whole = nb / 8 * 8;
@@ -43,7 +44,13 @@ std::vector<uint8_t> regroup_by_eight(const std::vector<uint8_t>& ggml, int64_t 
     const uint8_t* row = ggml.data() + static_cast<size_t>(r * nb) * block;
     for (int64_t g = 0; g < whole; g += 8) {
       for (int64_t k = g; k < g + 8; ++k) out.insert(out.end(), row + k * block, row + k * block + 2);
-      for (int64_t k = g; k < g + 8; ++k) out.insert(out.end(), row + k * block + 2, row + (k + 1) * block);
+      if (block == sizeof(BlockQ4_0)) {
+        for (int64_t round = 0; round < 4; ++round)
+          for (int64_t k = g; k < g + 8; ++k)
+            out.insert(out.end(), row + k * block + 2 + 4 * round, row + k * block + 2 + 4 * round + 4);
+      } else {
+        for (int64_t k = g; k < g + 8; ++k) out.insert(out.end(), row + k * block + 2, row + (k + 1) * block);
+      }
     }
     out.insert(out.end(), row + whole * block, row + nb * block);
   }
@@ -348,15 +355,17 @@ TEST(StoredLinear, RepackingRegroupsTheSameBytesAndMeansTheSameValues) {
       EXPECT_EQ(sorted(packed.bytes), sorted(plain.bytes));
       // Fewer than eight blocks: nothing to regroup.
       EXPECT_EQ(packed.bytes == plain.bytes, cols < 256);
-      // Group 0 of row 0 starts with its 8 scales: block k's scale, then the 8 blocks' values.
+      // Group 0 of row 0 starts with its 8 scales: block k's scale, then the 8 blocks' values
+      // (Q4_0: block k's byte j at 32 (j / 4) + 4 k + j % 4 after the scales).
       const int values = block - 2;
       if (cols >= 256) {
         for (int k = 0; k < 8; ++k) {
           EXPECT_EQ(std::memcmp(packed.bytes.data() + 2 * k, plain.bytes.data() + block * k, 2), 0) << k;
-          EXPECT_EQ(std::memcmp(packed.bytes.data() + 16 + values * k, plain.bytes.data() + block * k + 2,
-                                static_cast<size_t>(values)),
-                    0)
-              << k;
+          for (int j = 0; j < values; ++j) {
+            const int at = block == 18 ? 16 + 32 * (j / 4) + 4 * k + j % 4 : 16 + values * k + j;
+            EXPECT_EQ(packed.bytes[static_cast<size_t>(at)], plain.bytes[static_cast<size_t>(block * k + 2 + j)])
+                << k << " " << j;
+          }
         }
       }
       // Past the whole groups, ggml's blocks as they were (288: block 8 of each row).

@@ -36,9 +36,13 @@
 //               vector, a weight row's 4 bytes are broadcast, so 8 vpdpbusd finish a block for
 //               8 rows and one float multiply-add scales it.
 //               Q4_0_R8 (Q4_0 regrouped, repack_weight), few rows: eight blocks' scales convert
-//               as one vector, and each 32-byte load holds two blocks' nibbles; the activations
-//               are arranged to match (the low halves of two blocks, then their high halves), so
-//               a block pair takes 2 vpdpbusd, one conversion and one multiply-add.
+//               as one vector, and their nibbles are interleaved so that 32-bit lane l of every
+//               32 bytes is block l's: each 512-bit load holds four bytes of each of the eight
+//               blocks twice over, the activations are arranged to match, and four vpdpbusd
+//               (two chains) leave each block's integer sum in its own lanes (l and 8 + l), so
+//               a group of eight blocks takes one conversion and one multiply-add, with no
+//               permutation. Rows of 513 to 1024 values go two weight rows a call for one
+//               activation row, sharing its loads.
 //               Q8_0_R8 (Q8_0 regrouped, rows wider than 512), few rows: likewise eight scales a
 //               vector, and a 512-bit load holds two blocks' values; the weights are the unsigned
 //               operand (w + 128, an xor) against the activations as they are, the accumulator
@@ -81,8 +85,9 @@ void stored_linear_reference(float* y, const float* x, const Weight<float>& W, i
 
 // The bytes of a [rows, cols] matrix of `type` (ggml's layout) as the kernels keep them: Q4_0
 // becomes Q4_0_R8, each row's blocks regrouped by eight (per group the 8 fp16 scales, then the
-// 8 x 16 bytes of nibbles; the blocks past the last whole group stay as they are), the same bytes
-// in an order whose scales load as one vector and whose nibbles load two blocks at a time. Q8_0
+// 8 x 16 bytes of nibbles in four rounds, round k holding bytes 4k..4k + 3 of each block in block
+// order; the blocks past the last whole group stay as they are), the same bytes in an order whose
+// scales load as one vector and whose nibbles put each block in its own 32-bit lanes. Q8_0
 // rows of more than 512 values become Q8_0_R8 likewise (8 scales, then 8 x 32 bytes of values:
 // two blocks a 512-bit load); narrower Q8_0 rows stay in ggml's layout, where decode's four-row
 // calls were faster (a 288-wide row is one group and a block: on a Zen 4 core 15.5 ns a row as
