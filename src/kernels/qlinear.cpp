@@ -761,8 +761,9 @@ void q8r8_row_vnni(float* y, int64_t ldy, const Weight<float>& W, int64_t o, con
 // 288 Q4_0 product, the 15M output matrix, on a Zen 4: one core 13.0-13.5 -> 7.5-7.6 ns a row, two
 // 316-326 -> 172-222 us; 15M Q4_0 decode ~1,650 -> ~2,000 tok/s). Wider rows stay one a call: four
 // 768-wide rows read side by side were four short streams to the prefetcher, and a 110M decode
-// from DRAM ran slower. Each (weight row, activation row) sum is the same either way.
-constexpr int64_t kPairedCols = 1024;
+// from DRAM ran slower; two (Q4_0_R8, sharing the activation loads: from L2 a 768-wide row
+// 21-23 -> 17-19 ns) made a 110M Q4_0 decode step 10% slower (2.52-2.81 against 2.80-3.06 ms,
+// alternating in one process). Each (weight row, activation row) sum is the same either way.
 template <WeightType kT>
 void block_rows_vnni(std::span<const StoredProduct> parts, const QuantActs& a) {
   // (Q8_0_R8 has its own kernel; the others share block_row_vnni.)
@@ -773,22 +774,14 @@ void block_rows_vnni(std::span<const StoredProduct> parts, const QuantActs& a) {
       block_row_vnni<kT, C, R>(part.y, part.W->rows, *part.W, o, a, r0);
     }
   };
-  // kR weight rows a call against the single activation row (the last one to kR - 1 alone).
-  auto by_units = [&]<int64_t kR>() {
+  if (a.n == 1 && a.in <= kNarrowCols) {
+    constexpr int64_t kR = 4;
     for_part_units<kR>(parts, [&](const StoredProduct& part, int64_t o, int64_t count) {
       if (count == kR) return row.template operator()<1, kR>(part, o, 0);
       for (int64_t i = 0; i < count; ++i) row.template operator()<1>(part, o + i, 0);
     });
-  };
-  if (a.n == 1 && a.in <= kNarrowCols) return by_units.template operator()<4>();
-  // Q4_0_R8 rows of at most kPairedCols values: two weight rows a call for a single activation
-  // row, sharing its loads (per group four 512-bit loads of activations against two of each
-  // row's nibbles) and the call's set-up. One Zen 4 core, in one process alternating calls, a
-  // 768-wide row from L2 21-23 -> 17-19 ns; two threads over 4 MB (L3) 11.5-11.7 -> 9.3-9.5 ns;
-  // from DRAM the same. 2048-wide rows stay one a call: from L2 5-8% faster in pairs, but from
-  // DRAM two 1152-byte rows read side by side ran at half the bandwidth (14 against 20-32 GB/s).
-  if constexpr (kT == WeightType::Q4_0_R8)
-    if (a.n == 1 && a.in <= kPairedCols) return by_units.template operator()<2>();
+    return;
+  }
   for_part_rows(parts, [&](const StoredProduct& part, int64_t o) {
     for_row_tiles(a.n, 0, [&](auto c, int64_t r0) { row.template operator()<decltype(c)::value>(part, o, r0); });
   });

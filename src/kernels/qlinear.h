@@ -41,8 +41,7 @@
 //               blocks twice over, the activations are arranged to match, and four vpdpbusd
 //               (two chains) leave each block's integer sum in its own lanes (l and 8 + l), so
 //               a group of eight blocks takes one conversion and one multiply-add, with no
-//               permutation. Rows of 513 to 1024 values go two weight rows a call for one
-//               activation row, sharing its loads.
+//               permutation.
 //               Q8_0_R8 (Q8_0 regrouped, rows wider than 512), few rows: likewise eight scales a
 //               vector, and a 512-bit load holds two blocks' values; the weights are the unsigned
 //               operand (w + 128, an xor) against the activations as they are, the accumulator
