@@ -180,8 +180,8 @@ enum : size_t {
 };
 
 // What a kernel reads beside q and d: the unsigned copy (Q8_0, few rows), the lane starts (Q4_0,
-// Q4_0_R8 and Q8_0_R8, few rows; lane_scale their c) and the pair arrangement (Q4_0_R8, few
-// rows). The tiled kernels and the portable loops read q and d only.
+// Q4_0_R8 and Q8_0_R8, few rows; lane_scale their c) and the group arrangement with its per-block
+// starts (Q4_0_R8, few rows). The tiled kernels and the portable loops read q and d only.
 struct ActsNeed {
   bool unsigned_copy = false, lanes = false, groups = false;
   int32_t lane_scale = 8;
@@ -527,9 +527,10 @@ inline float hsum8(__m256 v) {
 }
 
 // Few rows: y[r0 + j, o + r] for j < C activation rows and r < R weight rows, each weight row block
-// by block. Each (weight row, activation row) sum keeps kChains float accumulators, the blocks
-// (or Q4_0_R8 block pairs) of each run of four adding into chains 0..3 and the last nb % 4 blocks
-// into chain 0, summed at the end: with one chain a block waited for the previous block's
+// by block. Each (weight row, activation row) sum keeps kChains float accumulators, the blocks of
+// each run of four adding into chains 0..3 and the last nb % 4 blocks into chain 0 (Q4_0_R8: its
+// whole groups of eight alternately into chains 0 and 1, then its remaining blocks so), summed
+// at the end: with one chain a block waited for the previous block's
 // multiply-add (4 cycles on a Zen 4), which held one core to 17-19 GB/s of Q4_0 and Q8_0 from
 // L2, below what a decode needs from each of two cores to stream the weights at the read
 // bandwidth. R only shares the activation loads and the set-up: the sums are the same for any R.
@@ -762,8 +763,8 @@ void q8r8_row_vnni(float* y, int64_t ldy, const Weight<float>& W, int64_t o, con
 // 316-326 -> 172-222 us; 15M Q4_0 decode ~1,650 -> ~2,000 tok/s). Wider rows stay one a call: four
 // 768-wide rows read side by side were four short streams to the prefetcher, and a 110M decode
 // from DRAM ran slower; two (Q4_0_R8, sharing the activation loads: from L2 a 768-wide row
-// 21-23 -> 17-19 ns) made a 110M Q4_0 decode step 10% slower (2.52-2.81 against 2.80-3.06 ms,
-// alternating in one process). Each (weight row, activation row) sum is the same either way.
+// 21-23 -> 17-19 ns) made a 110M Q4_0 decode step 10% slower (one row a call 2.52-2.81 ms, two
+// 2.80-3.06, alternating in one process). Each (weight row, activation row) sum is the same either way.
 template <WeightType kT>
 void block_rows_vnni(std::span<const StoredProduct> parts, const QuantActs& a) {
   // (Q8_0_R8 has its own kernel; the others share block_row_vnni.)

@@ -28,7 +28,8 @@
 //               activations are offset by +128 and the accumulator starts at -128 * sum w.
 //               Few rows: each weight row read front to back, block by block, against up to
 //               four activation rows, each (weight row, activation row) sum in four chains of
-//               float multiply-adds (block i into chain i % 4) added at the end; rows of at most
+//               float multiply-adds (block i into chain i % 4; Q4_0_R8's whole groups of
+//               eight into chains 0 and 1 in turn) added at the end; rows of at most
 //               512 values four weight rows a call against a single activation row (the same
 //               sums: only the set-up is shared).
 //               More rows (n >= 8): a register tile of 4 weight rows x 16 activation rows whose
@@ -39,7 +40,7 @@
 //               as one vector, and their nibbles are interleaved so that 32-bit lane l of every
 //               32 bytes is block l's: each 512-bit load holds four bytes of each of the eight
 //               blocks twice over, the activations are arranged to match, and four vpdpbusd
-//               (two chains) leave each block's integer sum in its own lanes (l and 8 + l), so
+//               (two integer chains) leave each block's integer sum in its own lanes (l and 8 + l), so
 //               a group of eight blocks takes one conversion and one multiply-add, with no
 //               permutation.
 //               Q8_0_R8 (Q8_0 regrouped, rows wider than 512), few rows: likewise eight scales a
