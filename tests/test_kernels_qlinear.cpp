@@ -173,6 +173,49 @@ TEST(StoredLinear, ReferenceOfHandWorkedBlocks) {
   EXPECT_EQ(y, 0.25f * static_cast<float>(dot));
 }
 
+// Q4_0 regrouped (Q4_0_R8): nine blocks (one whole group of eight and one past it), each block b
+// with its own power-of-two scale d_b = 2^(b % 3 - 1) and its own nibbles, against integer
+// activations whose largest magnitude in each block is 127 (so d_x = 1 and x_q = x), for one row
+// and for three rows beside it: every product and sum is exact in float, so the kernels must give
+// sum_b d_b * sum_j (q_bj - 8) x_bj exactly, a sum worked here in integers. A lane of one block
+// met with another block's activations or scale, a nibble half taken for the other, or a start
+// counted twice changes it.
+TEST(StoredLinear, RegroupedQ4OfHandWorkedBlocks) {
+  constexpr int kBlocks = 9, kCols = 32 * kBlocks;
+  std::vector<uint8_t> ggml(sizeof(BlockQ4_0) * kBlocks);
+  auto* blocks = reinterpret_cast<BlockQ4_0*>(ggml.data());
+  std::vector<float> x(kCols);
+  double expect = 0;
+  for (int b = 0; b < kBlocks; ++b) {
+    const double d = std::ldexp(1.0, b % 3 - 1);
+    blocks[b].d = f32_to_f16(static_cast<float>(d));
+    int64_t dot = 0;
+    for (int j = 0; j < 32; ++j) {
+      const int v = j == (b * 5) % 32 ? (b % 2 ? -127 : 127) : (j * 7 + b * 13) % 41 - 20;
+      x[static_cast<size_t>(32 * b + j)] = static_cast<float>(v);
+    }
+    for (int j = 0; j < 16; ++j) {
+      const int lo = (j * 3 + b) % 16, hi = (j * 5 + 2 * b + 7) % 16;
+      blocks[b].qs[j] = static_cast<uint8_t>(lo | hi << 4);
+      dot += (lo - 8) * static_cast<int64_t>(x[static_cast<size_t>(32 * b + j)]) +
+             (hi - 8) * static_cast<int64_t>(x[static_cast<size_t>(32 * b + j + 16)]);
+    }
+    expect += d * static_cast<double>(dot);
+  }
+  WeightType type = WeightType::Q4_0;
+  const std::vector<uint8_t> packed = repack_weight(type, ggml, 1, kCols);
+  ASSERT_EQ(type, WeightType::Q4_0_R8);
+  for (const int64_t n : {int64_t{1}, int64_t{3}}) {
+    std::vector<float> xs;
+    for (int64_t r = 0; r < n; ++r) xs.insert(xs.end(), x.begin(), x.end());
+    std::vector<float> y(static_cast<size_t>(n), std::nanf(""));
+    stored_linear(y.data(), xs.data(), {type, packed.data(), 1, kCols}, n);
+    for (int64_t r = 0; r < n; ++r) EXPECT_EQ(y[static_cast<size_t>(r)], static_cast<float>(expect)) << "n=" << n;
+    stored_linear_reference(y.data(), xs.data(), {type, packed.data(), 1, kCols}, n);
+    for (int64_t r = 0; r < n; ++r) EXPECT_EQ(y[static_cast<size_t>(r)], static_cast<float>(expect)) << "n=" << n;
+  }
+}
+
 TEST(StoredLinear, BlockTypesDifferFromTheFloatProductOnlyByTheActivationRounding) {
   // Quantizing x to Q8_0 moves each value by at most half its block's scale, so the result is
   // within sum_b d_x[b] / 2 * sum |w| of the dequantized weights times the float activations.
