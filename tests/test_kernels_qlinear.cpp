@@ -34,9 +34,9 @@ struct StoredWeight {
 
 // ggml's blocks (each a 2-byte scale and its values) regrouped as Q4_0_R8 / Q8_0_R8 are laid out,
 // written here from the layout's description (kernels/qlinear.h), apart from repack_weight: per
-// row, per whole group of eight blocks, the eight scales, then the eight blocks' values: Q8_0's
-// block after block; Q4_0's 16 bytes of nibbles in four rounds, round k taking bytes 4k..4k + 3
-// of each block in block order. The blocks past the last whole group as they were.
+// row, per whole group of eight blocks, the eight scales, then the eight blocks' values (Q8_0's 32
+// bytes, Q4_0's 16 bytes of nibbles) in rounds of four bytes, round k taking bytes 4k..4k + 3 of
+// each block in block order. The blocks past the last whole group as they were.
 std::vector<uint8_t> regroup_by_eight(const std::vector<uint8_t>& ggml, int64_t rows, int64_t cols, size_t block) {
   std::vector<uint8_t> out;
   const int64_t nb = cols / 32, whole = nb / 8 * 8;
@@ -44,13 +44,9 @@ std::vector<uint8_t> regroup_by_eight(const std::vector<uint8_t>& ggml, int64_t 
     const uint8_t* row = ggml.data() + static_cast<size_t>(r * nb) * block;
     for (int64_t g = 0; g < whole; g += 8) {
       for (int64_t k = g; k < g + 8; ++k) out.insert(out.end(), row + k * block, row + k * block + 2);
-      if (block == sizeof(BlockQ4_0)) {
-        for (int64_t round = 0; round < 4; ++round)
-          for (int64_t k = g; k < g + 8; ++k)
-            out.insert(out.end(), row + k * block + 2 + 4 * round, row + k * block + 2 + 4 * round + 4);
-      } else {
-        for (int64_t k = g; k < g + 8; ++k) out.insert(out.end(), row + k * block + 2, row + (k + 1) * block);
-      }
+      for (int64_t round = 0; round < static_cast<int64_t>(block - 2) / 4; ++round)
+        for (int64_t k = g; k < g + 8; ++k)
+          out.insert(out.end(), row + k * block + 2 + 4 * round, row + k * block + 2 + 4 * round + 4);
     }
     out.insert(out.end(), row + whole * block, row + nb * block);
   }
@@ -173,46 +169,58 @@ TEST(StoredLinear, ReferenceOfHandWorkedBlocks) {
   EXPECT_EQ(y, 0.25f * static_cast<float>(dot));
 }
 
-// Q4_0 regrouped (Q4_0_R8): nine blocks (one whole group of eight and one past it), each block b
-// with its own power-of-two scale d_b = 2^(b % 3 - 1) and its own nibbles, against integer
-// activations whose largest magnitude in each block is 127 (so d_x = 1 and x_q = x), for one row
-// and for three rows beside it: every product and sum is exact in float, so the kernels must give
-// sum_b d_b * sum_j (q_bj - 8) x_bj exactly, a sum worked here in integers. A lane of one block
-// met with another block's activations or scale, a nibble half taken for the other, or a start
-// counted twice changes it.
-TEST(StoredLinear, RegroupedQ4OfHandWorkedBlocks) {
-  constexpr int kBlocks = 9, kCols = 32 * kBlocks;
-  std::vector<uint8_t> ggml(sizeof(BlockQ4_0) * kBlocks);
-  auto* blocks = reinterpret_cast<BlockQ4_0*>(ggml.data());
-  std::vector<float> x(kCols);
-  double expect = 0;
-  for (int b = 0; b < kBlocks; ++b) {
-    const double d = std::ldexp(1.0, b % 3 - 1);
-    blocks[b].d = f32_to_f16(static_cast<float>(d));
-    int64_t dot = 0;
-    for (int j = 0; j < 32; ++j) {
-      const int v = j == (b * 5) % 32 ? (b % 2 ? -127 : 127) : (j * 7 + b * 13) % 41 - 20;
-      x[static_cast<size_t>(32 * b + j)] = static_cast<float>(v);
+// Q4_0 and Q8_0 regrouped (Q4_0_R8, Q8_0_R8): rows of 9 and 17 blocks (whole groups of eight
+// and one block past them; Q8_0 regroups only rows wider than 512 values), each block b with its
+// own power-of-two scale d_b = 2^(b % 3 - 1) and its own values, against integer activations whose
+// largest magnitude in each block is 127 (so d_x = 1 and x_q = x), for one activation row and for
+// three: every product and sum is exact in float, so the kernels must give sum_b d_b * sum_j w_bj
+// x_bj exactly, a sum worked here in integers. A lane of one block met with another block's
+// activations or scale, a nibble half taken for the other, or a start counted twice changes it.
+TEST(StoredLinear, RegroupedBlocksOfHandWorkedValues) {
+  for (const bool q8 : {false, true}) {
+    const int blocks = q8 ? 17 : 9, cols = 32 * blocks;
+    const size_t block_bytes = q8 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0);
+    std::vector<uint8_t> ggml(block_bytes * static_cast<size_t>(blocks));
+    std::vector<float> x(static_cast<size_t>(cols));
+    double expect = 0;
+    for (int b = 0; b < blocks; ++b) {
+      const double d = std::ldexp(1.0, b % 3 - 1);
+      const uint16_t dh = f32_to_f16(static_cast<float>(d));
+      uint8_t* blk = ggml.data() + block_bytes * static_cast<size_t>(b);
+      std::memcpy(blk, &dh, 2);
+      for (int j = 0; j < 32; ++j)
+        x[static_cast<size_t>(32 * b + j)] =
+            static_cast<float>(j == (b * 5) % 32 ? (b % 2 ? -127 : 127) : (j * 7 + b * 13) % 41 - 20);
+      auto xv = [&](int j) { return static_cast<int64_t>(x[static_cast<size_t>(32 * b + j)]); };
+      int64_t dot = 0;
+      if (q8) {
+        for (int j = 0; j < 32; ++j) {
+          const int w = (j * 11 + b * 29) % 255 - 127;
+          blk[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(w));
+          dot += w * xv(j);
+        }
+      } else {
+        for (int j = 0; j < 16; ++j) {
+          const int lo = (j * 3 + b) % 16, hi = (j * 5 + 2 * b + 7) % 16;
+          blk[2 + j] = static_cast<uint8_t>(lo | hi << 4);
+          dot += (lo - 8) * xv(j) + (hi - 8) * xv(j + 16);
+        }
+      }
+      expect += d * static_cast<double>(dot);
     }
-    for (int j = 0; j < 16; ++j) {
-      const int lo = (j * 3 + b) % 16, hi = (j * 5 + 2 * b + 7) % 16;
-      blocks[b].qs[j] = static_cast<uint8_t>(lo | hi << 4);
-      dot += (lo - 8) * static_cast<int64_t>(x[static_cast<size_t>(32 * b + j)]) +
-             (hi - 8) * static_cast<int64_t>(x[static_cast<size_t>(32 * b + j + 16)]);
+    WeightType type = q8 ? WeightType::Q8_0 : WeightType::Q4_0;
+    const std::vector<uint8_t> packed = repack_weight(type, ggml, 1, cols);
+    ASSERT_EQ(type, q8 ? WeightType::Q8_0_R8 : WeightType::Q4_0_R8);
+    for (const int64_t n : {int64_t{1}, int64_t{3}}) {
+      SCOPED_TRACE(std::string(weight_type_name(type)) + " n=" + std::to_string(n));
+      std::vector<float> xs;
+      for (int64_t r = 0; r < n; ++r) xs.insert(xs.end(), x.begin(), x.end());
+      std::vector<float> y(static_cast<size_t>(n), std::nanf(""));
+      stored_linear(y.data(), xs.data(), {type, packed.data(), 1, cols}, n);
+      for (const float v : y) EXPECT_EQ(v, static_cast<float>(expect));
+      stored_linear_reference(y.data(), xs.data(), {type, packed.data(), 1, cols}, n);
+      for (const float v : y) EXPECT_EQ(v, static_cast<float>(expect));
     }
-    expect += d * static_cast<double>(dot);
-  }
-  WeightType type = WeightType::Q4_0;
-  const std::vector<uint8_t> packed = repack_weight(type, ggml, 1, kCols);
-  ASSERT_EQ(type, WeightType::Q4_0_R8);
-  for (const int64_t n : {int64_t{1}, int64_t{3}}) {
-    std::vector<float> xs;
-    for (int64_t r = 0; r < n; ++r) xs.insert(xs.end(), x.begin(), x.end());
-    std::vector<float> y(static_cast<size_t>(n), std::nanf(""));
-    stored_linear(y.data(), xs.data(), {type, packed.data(), 1, kCols}, n);
-    for (int64_t r = 0; r < n; ++r) EXPECT_EQ(y[static_cast<size_t>(r)], static_cast<float>(expect)) << "n=" << n;
-    stored_linear_reference(y.data(), xs.data(), {type, packed.data(), 1, kCols}, n);
-    for (int64_t r = 0; r < n; ++r) EXPECT_EQ(y[static_cast<size_t>(r)], static_cast<float>(expect)) << "n=" << n;
   }
 }
 
@@ -399,13 +407,13 @@ TEST(StoredLinear, RepackingRegroupsTheSameBytesAndMeansTheSameValues) {
       // Fewer than eight blocks: nothing to regroup.
       EXPECT_EQ(packed.bytes == plain.bytes, cols < 256);
       // Group 0 of row 0 starts with its 8 scales: block k's scale, then the 8 blocks' values
-      // (Q4_0: block k's byte j at 32 (j / 4) + 4 k + j % 4 after the scales).
+      // (block k's byte j at 32 (j / 4) + 4 k + j % 4 after the scales).
       const int values = block - 2;
       if (cols >= 256) {
         for (int k = 0; k < 8; ++k) {
           EXPECT_EQ(std::memcmp(packed.bytes.data() + 2 * k, plain.bytes.data() + block * k, 2), 0) << k;
           for (int j = 0; j < values; ++j) {
-            const int at = block == 18 ? 16 + 32 * (j / 4) + 4 * k + j % 4 : 16 + values * k + j;
+            const int at = 16 + 32 * (j / 4) + 4 * k + j % 4;
             EXPECT_EQ(packed.bytes[static_cast<size_t>(at)], plain.bytes[static_cast<size_t>(block * k + 2 + j)])
                 << k << " " << j;
           }

@@ -52,7 +52,7 @@ bool is_block_type(WeightType t) {
 // is block l's; the blocks past the last whole group as ggml's). A copy: a regrouped block's
 // bytes are not contiguous.
 constexpr int64_t kR8 = 8, kR8GroupBytes = kR8 * static_cast<int64_t>(sizeof(BlockQ4_0));
-constexpr int64_t q4r8_offset(int64_t l, int64_t j) { return 2 * kR8 + 32 * (j / 4) + 4 * l + j % 4; }
+constexpr int64_t r8_offset(int64_t l, int64_t j) { return 2 * kR8 + 32 * (j / 4) + 4 * l + j % 4; }
 struct Q4Block {
   uint16_t d;
   uint8_t qs[QK / 2];
@@ -65,7 +65,7 @@ inline Q4Block q4_block(const uint8_t* row, int64_t b, int64_t nb, bool r8) {
     const uint8_t* group = row + b / kR8 * kR8GroupBytes;
     const int64_t l = b % kR8;
     std::memcpy(&out.d, group + 2 * l, 2);
-    for (int64_t k = 0; k < 4; ++k) std::memcpy(out.qs + 4 * k, group + q4r8_offset(l, 4 * k), 4);
+    for (int64_t k = 0; k < 4; ++k) std::memcpy(out.qs + 4 * k, group + r8_offset(l, 4 * k), 4);
     return out;
   }
   const uint8_t* at = row + full / kR8 * kR8GroupBytes + (b - full) * static_cast<int64_t>(sizeof(BlockQ4_0));
@@ -75,11 +75,12 @@ inline Q4Block q4_block(const uint8_t* row, int64_t b, int64_t nb, bool r8) {
 }
 
 // Block b of a Q8_0 row in ggml's layout or regrouped (Q8_0_R8: per group of eight, 8 fp16 scales
-// then 8 x 32 bytes of values; the blocks past the last whole group as ggml's).
+// then the 8 blocks' 32 values interleaved four at a time as Q4_0_R8's bytes are, value 4k + e of
+// block l at r8_offset(l, 4k + e), k < 8; the blocks past the last whole group as ggml's). A copy.
 constexpr int64_t kQ8GroupBytes = kR8 * static_cast<int64_t>(sizeof(BlockQ8_0));
 struct Q8Block {
   uint16_t d;
-  const int8_t* qs;
+  int8_t qs[QK];
 };
 inline Q8Block q8_block(const uint8_t* row, int64_t b, int64_t nb, bool r8) {
   Q8Block out{};
@@ -87,13 +88,14 @@ inline Q8Block q8_block(const uint8_t* row, int64_t b, int64_t nb, bool r8) {
   const uint8_t* at = nullptr;
   if (b < full) {
     const uint8_t* group = row + b / kR8 * kQ8GroupBytes;
-    std::memcpy(&out.d, group + 2 * (b % kR8), 2);
-    out.qs = reinterpret_cast<const int8_t*>(group + 2 * kR8 + QK * (b % kR8));
+    const int64_t l = b % kR8;
+    std::memcpy(&out.d, group + 2 * l, 2);
+    for (int64_t k = 0; k < QK / 4; ++k) std::memcpy(out.qs + 4 * k, group + r8_offset(l, 4 * k), 4);
     return out;
   }
   at = row + full / kR8 * kQ8GroupBytes + (b - full) * static_cast<int64_t>(sizeof(BlockQ8_0));
   std::memcpy(&out.d, at, 2);
-  out.qs = reinterpret_cast<const int8_t*>(at + 2);
+  std::memcpy(out.qs, at + 2, sizeof(out.qs));
   return out;
 }
 
@@ -158,10 +160,12 @@ struct QuantActs {
   const float* d = nullptr;
   const int32_t* lane = nullptr;
   // For Q4_0_R8 (few rows): per row, per whole group of eight blocks, its 256 values arranged as
-  // the group's interleaved nibbles (q4r8_offset) meet them, 128 bytes per half h of the nibbles:
+  // the group's interleaved nibbles (r8_offset) meet them, 128 bytes per half h of the nibbles:
   // the low-nibble values, then the high, each as [k = 2h | k = 2h + 1] x 8 lanes x 4 values, lane
   // l holding block l's values 4k..4k + 3 (low) or 16 + 4k..16 + 4k + 3 (high); and per block -8
-  // times the sum of its values, the start of its integer sum.
+  // times the sum of its values, the start of its integer sum. For Q8_0_R8 (ActsNeed::q8_groups)
+  // the group's values as its weights lie, value 4k + e of block l at 32k + 4l + e (k < 8), and
+  // the starts -128 times the sums.
   int64_t groups = 0;
   const int8_t* group_q = nullptr;       // [n][groups][256]
   const int32_t* block_start = nullptr;  // [n][nb]
@@ -181,9 +185,9 @@ enum : size_t {
 
 // What a kernel reads beside q and d: the unsigned copy (Q8_0, few rows), the lane starts (Q4_0,
 // Q4_0_R8 and Q8_0_R8, few rows; lane_scale their c) and the group arrangement with its per-block
-// starts (Q4_0_R8, few rows). The tiled kernels and the portable loops read q and d only.
+// starts (Q4_0_R8 and, with q8_groups, Q8_0_R8, few rows). The tiled kernels and the portable loops read q and d only.
 struct ActsNeed {
-  bool unsigned_copy = false, lanes = false, groups = false;
+  bool unsigned_copy = false, lanes = false, groups = false, q8_groups = false;
   int32_t lane_scale = 8;
 };
 
@@ -249,11 +253,16 @@ QuantActs quantize_acts(const float* x, int64_t n, int64_t in, ActsNeed need = {
         const int8_t* q = qp + r * in + b * QK;
         int32_t sum = 0;
         for (int64_t e = 0; e < QK; ++e) sum += q[e];
-        bsp[r * a.nb + b] = -8 * sum;
+        bsp[r * a.nb + b] = -need.lane_scale * sum;
       }
       for (int64_t g = 0; g < a.groups; ++g)
         for (int64_t l = 0; l < kR8; ++l)
-          for (int64_t k = 0; k < 4; ++k) {
+          for (int64_t k = 0; k < 8; ++k) {
+            if (need.q8_groups) {  // Q8_0_R8: value 4k + e of block l at 32k + 4l + e, as the weights
+              std::memcpy(gqp + (r * a.groups + g) * 256 + 32 * k + 4 * l, qp + r * in + (g * kR8 + l) * QK + 4 * k, 4);
+              continue;
+            }
+            if (k >= 4) break;
             const int8_t* q = qp + r * in + (g * kR8 + l) * QK + 4 * k;
             int8_t* dst = gqp + (r * a.groups + g) * 256 + 128 * (k / 2) + 32 * (k % 2) + 4 * l;
             std::memcpy(dst, q, 4);            // the low nibbles' values
@@ -667,18 +676,19 @@ void block_row_vnni(float* y, int64_t ldy, const Weight<float>& W, int64_t o, co
 }
 
 // Q8_0_R8, few rows: y[r0 + j, o + r] for j < C activation rows and r < R weight rows. Per whole
-// group of eight blocks the eight scales convert as one vector, and each 512-bit load holds two
-// blocks' values. vpdpbusd wants one operand unsigned: here the weights, offset by 128 (w ^ 0x80
-// = w + 128), against the signed activations, the accumulator starting at -128 * each lane's
-// activation sum (QuantActs::lane, c = 128), so the integer sums are exact and a block pair takes
-// one vpdpbusd, one conversion, one scale permutation and one multiply-add (ggml's layout took two
-// vpdpbusd, a subtraction and a scalar scale a block: from L2 on one Zen 4 core, 768- and
-// 2048-wide rows took 1.6 and 1.5 ns a block, here 1.1 and 0.9). Pair p of a group adds into chain
-// p (lanes 0..7 block 2p, 8..15 block 2p + 1); the blocks past the last whole group, 256 bits a
-// block, into one more accumulator, added to the lower half at the end. With R = 4 the four rows
-// are reduced together (hsum16x4: the same bits as hsum16), and R only shares the loads and the
-// set-up: the sums are the same for any R or C. (repack_weight regroups only rows wider than the
-// four-row calls take, so R = 4 serves a Q8_0_R8 weight made otherwise, as the tests make them.)
+// group of eight blocks the eight scales convert as one vector, and the values are interleaved
+// (r8_offset) so that lane 8i + l of each 512-bit load is block l's. vpdpbusd wants one operand
+// unsigned: here the weights, offset by 128 (w ^ 0x80 = w + 128), against the signed activations,
+// the accumulator starting at -128 * each block's activation sum, so the integer sums are exact and
+// a group takes four xors, four vpdpbusd, one conversion and one multiply-add. Before, in the
+// blocks' own order, a block pair took one vpdpbusd, a conversion, a scale permutation and a
+// multiply-add (one Zen 4 core from L2: 768-wide rows 23-25 -> 18-24 ns, 2048-wide 55-56 -> 49-50;
+// a 110M Q8_0 decode step 4.3-5.0 -> 3.7-4.7 ms in alternating runs); and ggml's layout two
+// vpdpbusd, a subtraction and a scalar scale a block (768- and 2048-wide rows from L2 1.6 and 1.5
+// ns a block, the pairs 1.1 and 0.9). The blocks past the last whole group, 256 bits a block, add
+// into one more accumulator. R only shares the loads and the set-up: the sums are the same for any
+// R or C. (repack_weight regroups only rows wider than the four-row calls take, so R = 4 serves a
+// Q8_0_R8 weight made otherwise, as the tests make them.)
 template <int C, int R = 1>
 void q8r8_row_vnni(float* y, int64_t ldy, const Weight<float>& W, int64_t o, const QuantActs& a, int64_t r0) {
   static_assert(kChains == 4 && (R == 1 || R == 4));
@@ -692,40 +702,51 @@ void q8r8_row_vnni(float* y, int64_t ldy, const Weight<float>& W, int64_t o, con
     xd[j] = a.d + (r0 + j) * a.nb;
     xl[j] = a.lane + (r0 + j) * a.nb * 8;
   }
-  __m512 acc[R][C][kChains];
+  __m256 acc[R][C][2];  // the groups' two chains
   __m256 tail[R][C];
   for (int r = 0; r < R; ++r)
     for (int j = 0; j < C; ++j) {
-      for (auto& v : acc[r][j]) v = _mm512_setzero_ps();
+      for (auto& v : acc[r][j]) v = _mm256_setzero_ps();
       tail[r][j] = _mm256_setzero_ps();
     }
   const __m512i offset = _mm512_set1_epi8(static_cast<char>(0x80));
-  const __m512i pidx[4] = {_mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0),
-                           _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2),
-                           _mm512_set_epi32(5, 5, 5, 5, 5, 5, 5, 5, 4, 4, 4, 4, 4, 4, 4, 4),
-                           _mm512_set_epi32(7, 7, 7, 7, 7, 7, 7, 7, 6, 6, 6, 6, 6, 6, 6, 6)};
   const int64_t nb = a.nb, groups = nb / kR8;
-  for (int64_t g = 0; g < groups; ++g) {
-    __m512 sc[R][C];  // the group's eight d_w * d_x, in the lower half
+  // Group g into chain g % 2: each 512-bit load h of its values holds, in lane 8i + l, block l's
+  // values 4k..4k + 3 (k = 2h + i), against QuantActs::group_q's matching bytes; two integer chains
+  // (the first starting at -128 x each block's activation sum), the halves added: lane l is block
+  // l's integer sum, one conversion and one multiply-add by the eight d_w * d_x.
+  auto group = [&](int64_t g, auto chain) {
+    constexpr int kChain = decltype(chain)::value;
+    __m256 dwg[R];
+    __m512i wv[R][4];
     for (int r = 0; r < R; ++r) {
-      const __m256 dwg = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wr[r] + g * kQ8GroupBytes)));
-      for (int j = 0; j < C; ++j)
-        sc[r][j] = _mm512_castps256_ps512(_mm256_mul_ps(dwg, _mm256_loadu_ps(xd[j] + g * kR8)));
+      const uint8_t* grp = wr[r] + g * kQ8GroupBytes;
+      dwg[r] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(grp)));
+      for (int h = 0; h < 4; ++h) wv[r][h] = _mm512_xor_si512(_mm512_loadu_si512(grp + 2 * kR8 + 64 * h), offset);
     }
-    for (int p = 0; p < 4; ++p) {
-      __m512i wv[R];
-      for (int r = 0; r < R; ++r)
-        wv[r] = _mm512_xor_si512(_mm512_loadu_si512(wr[r] + g * kQ8GroupBytes + 2 * kR8 + 2 * QK * p), offset);
-      const int64_t b = g * kR8 + 2 * p;
-      for (int j = 0; j < C; ++j) {
-        const __m512i xv = _mm512_loadu_si512(xq[j] + b * QK);
-        const __m512i start = _mm512_loadu_si512(xl[j] + b * 8);
-        for (int r = 0; r < R; ++r)
-          acc[r][j][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(start, wv[r], xv)),
-                                         _mm512_permutexvar_ps(pidx[p], sc[r][j]), acc[r][j][p]);
+    for (int j = 0; j < C; ++j) {
+      const int8_t* xg = a.group_q + ((r0 + j) * a.groups + g) * 256;
+      const __m512i start = _mm512_zextsi256_si512(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.block_start + (r0 + j) * nb + g * kR8)));
+      const __m256 dx = _mm256_loadu_ps(xd[j] + g * kR8);
+      __m512i xv[4];
+      for (int h = 0; h < 4; ++h) xv[h] = _mm512_loadu_si512(xg + 64 * h);
+      for (int r = 0; r < R; ++r) {
+        const __m512i s0 = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(start, wv[r][0], xv[0]), wv[r][2], xv[2]);
+        const __m512i s1 =
+            _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[r][1], xv[1]), wv[r][3], xv[3]);
+        const __m512i s = _mm512_add_epi32(s0, s1);
+        const __m256i sums = _mm256_add_epi32(_mm512_castsi512_si256(s), _mm512_extracti64x4_epi64(s, 1));
+        acc[r][j][kChain] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_mul_ps(dwg[r], dx), acc[r][j][kChain]);
       }
     }
+  };
+  int64_t g = 0;
+  for (; g + 2 <= groups; g += 2) {
+    group(g, std::integral_constant<int, 0>{});
+    group(g + 1, std::integral_constant<int, 1>{});
   }
+  if (g < groups) group(g, std::integral_constant<int, 0>{});
   for (int64_t b = groups * kR8; b < nb; ++b) {
     for (int r = 0; r < R; ++r) {
       const auto* blk = reinterpret_cast<const BlockQ8_0*>(wr[r] + groups * kQ8GroupBytes) + (b - groups * kR8);
@@ -739,21 +760,9 @@ void q8r8_row_vnni(float* y, int64_t ldy, const Weight<float>& W, int64_t o, con
       }
     }
   }
-  __m512 total[R][C];
   for (int r = 0; r < R; ++r)
-    for (int j = 0; j < C; ++j) {
-      const __m512 z =
-          _mm512_add_ps(_mm512_add_ps(acc[r][j][0], acc[r][j][1]), _mm512_add_ps(acc[r][j][2], acc[r][j][3]));
-      total[r][j] = groups * kR8 < nb ? _mm512_add_ps(z, _mm512_zextps256_ps512(tail[r][j])) : z;
-    }
-  for (int j = 0; j < C; ++j) {
-    float* yr = y + (r0 + j) * ldy + o;
-    if constexpr (R == 4) {
-      _mm_storeu_ps(yr, hsum16x4(total[0][j], total[1][j], total[2][j], total[3][j]));
-    } else {
-      yr[0] = hsum16(total[0][j]);
-    }
-  }
+    for (int j = 0; j < C; ++j)
+      y[(r0 + j) * ldy + o + r] = hsum8(_mm256_add_ps(_mm256_add_ps(acc[r][j][0], acc[r][j][1]), tail[r][j]));
 }
 
 // Narrow rows (at most kNarrowCols values: the 15M shape's 288) go four weight rows a call for a
@@ -1184,11 +1193,7 @@ std::vector<uint8_t> repack_weight(WeightType& type, std::vector<uint8_t> bytes,
       for (int64_t k = 0; k < kR8; ++k) {
         const uint8_t* blk = src + (g * kR8 + k) * block;
         std::memcpy(dst + g * group + 2 * k, blk, 2);
-        if (q8) {
-          std::memcpy(dst + g * group + 2 * kR8 + values * k, blk + 2, static_cast<size_t>(values));
-        } else {
-          for (int64_t j = 0; j < values; j += 4) std::memcpy(dst + g * group + q4r8_offset(k, j), blk + 2 + j, 4);
-        }
+        for (int64_t j = 0; j < values; j += 4) std::memcpy(dst + g * group + r8_offset(k, j), blk + 2 + j, 4);
       }
     std::memcpy(dst + groups * group, src + groups * group, static_cast<size_t>((nb - groups * kR8) * block));
   }
@@ -1260,11 +1265,13 @@ void stored_linear_shared(std::span<const StoredProduct> parts, const float* x, 
   };
   if (is_block_type(W.type)) {
 #if defined(TFORMER_QLINEAR_VNNI)
-    const QuantActs a = quantize_acts(x, n, W.cols,
-                                      {.unsigned_copy = few && W.type == WeightType::Q8_0,
-                                       .lanes = few && W.type != WeightType::Q8_0,
-                                       .groups = few && W.type == WeightType::Q4_0_R8,
-                                       .lane_scale = W.type == WeightType::Q8_0_R8 ? 128 : 8});
+    const QuantActs a =
+        quantize_acts(x, n, W.cols,
+                      {.unsigned_copy = few && W.type == WeightType::Q8_0,
+                       .lanes = few && W.type != WeightType::Q8_0,
+                       .groups = few && (W.type == WeightType::Q4_0_R8 || W.type == WeightType::Q8_0_R8),
+                       .q8_groups = W.type == WeightType::Q8_0_R8,
+                       .lane_scale = W.type == WeightType::Q8_0_R8 ? 128 : 8});
     switch (W.type) {
       case WeightType::Q8_0:
         if (few) return block_rows_vnni<WeightType::Q8_0>(parts, a);

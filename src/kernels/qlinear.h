@@ -44,10 +44,11 @@
 //               a group of eight blocks takes one conversion and one multiply-add, with no
 //               permutation.
 //               Q8_0_R8 (Q8_0 regrouped, rows wider than 512), few rows: likewise eight scales a
-//               vector, and a 512-bit load holds two blocks' values; the weights are the unsigned
-//               operand (w + 128, an xor) against the activations as they are, the accumulator
-//               starting at -128 * each lane's activation sum, so a block pair takes an xor,
-//               one vpdpbusd, one conversion, one scale permutation and one multiply-add.
+//               vector and the values interleaved so that lane l is block l's; the weights are
+//               the unsigned operand (w + 128, an xor) against the activations as they are, the
+//               accumulator starting at -128 * each block's activation sum, so a group of eight
+//               blocks takes four xors, four 512-bit vpdpbusd, one conversion and one
+//               multiply-add, with no permutation.
 //               Without VNNI (the portable build) the same integer sums in plain loops.
 //
 // Every output element is computed by one thread in a fixed order: results do not depend on the
@@ -88,8 +89,8 @@ void stored_linear_reference(float* y, const float* x, const Weight<float>& W, i
 // 8 x 16 bytes of nibbles in four rounds, round k holding bytes 4k..4k + 3 of each block in block
 // order; the blocks past the last whole group stay as they are), the same bytes in an order whose
 // scales load as one vector and whose nibbles put each block in its own 32-bit lanes. Q8_0
-// rows of more than 512 values become Q8_0_R8 likewise (8 scales, then 8 x 32 bytes of values:
-// two blocks a 512-bit load); narrower Q8_0 rows stay in ggml's layout, where decode's four-row
+// rows of more than 512 values become Q8_0_R8 likewise (8 scales, then the 8 x 32 bytes of values
+// in eight rounds of four bytes a block); narrower Q8_0 rows stay in ggml's layout, where decode's four-row
 // calls were faster (a 288-wide row is one group and a block: on a Zen 4 core 15.5 ns a row as
 // ggml's, 17 regrouped; 768-wide, 38 and 27). Every other type is kept as it is. `type` is
 // updated.
