@@ -33,9 +33,8 @@
 //                fixed input row), in windows of 4 runs and 4 plain reads of their bytes in turn
 //                (the first run after a read left out, as for the steps): the median over the
 //                pairs of windows of read time over products time. Beside `fraction`, it says how
-//                much of a step's
-//                distance from the bound is its kernels' and how much the rest of the step's
-//                (attention, norms, RoPE, the activation, the passes' starts and ends).
+//                much of a step's distance from the bound is its kernels' and how much the rest of
+//                the step's (attention, norms, RoPE, the activation, the passes' starts and ends).
 
 #include <fmt/format.h>
 

@@ -255,19 +255,14 @@ QuantActs quantize_acts(const float* x, int64_t n, int64_t in, ActsNeed need = {
         for (int64_t e = 0; e < QK; ++e) sum += q[e];
         bsp[r * a.nb + b] = -need.lane_scale * sum;
       }
+      // Values 4c..4c + 3 of block l at at(c) + 4l: Q8_0_R8 as its weights lie (32c); Q4_0_R8 the
+      // low nibbles' values (c < 4) in the first 64 bytes of half c % 4 / 2, the high nibbles' in
+      // the next 64, each at 32 (c % 2) within.
+      auto at = [&](int64_t c) { return need.q8_groups ? 32 * c : 128 * (c % 4 / 2) + 64 * (c / 4) + 32 * (c % 2); };
       for (int64_t g = 0; g < a.groups; ++g)
         for (int64_t l = 0; l < kR8; ++l)
-          for (int64_t k = 0; k < 8; ++k) {
-            if (need.q8_groups) {  // Q8_0_R8: value 4k + e of block l at 32k + 4l + e, as the weights
-              std::memcpy(gqp + (r * a.groups + g) * 256 + 32 * k + 4 * l, qp + r * in + (g * kR8 + l) * QK + 4 * k, 4);
-              continue;
-            }
-            if (k >= 4) break;
-            const int8_t* q = qp + r * in + (g * kR8 + l) * QK + 4 * k;
-            int8_t* dst = gqp + (r * a.groups + g) * 256 + 128 * (k / 2) + 32 * (k % 2) + 4 * l;
-            std::memcpy(dst, q, 4);            // the low nibbles' values
-            std::memcpy(dst + 64, q + 16, 4);  // the high nibbles'
-          }
+          for (int64_t c = 0; c < QK / 4; ++c)
+            std::memcpy(gqp + (r * a.groups + g) * 256 + at(c) + 4 * l, qp + r * in + (g * kR8 + l) * QK + 4 * c, 4);
     }
     a.group_q = gqp;
     a.block_start = bsp;
