@@ -444,15 +444,18 @@ void dense_row_avx512(float* y, int64_t ldy, const Weight<float>& W, int64_t o, 
 
 // y[j, o + i] for i < 4 weight rows and j < C activation rows: the same sums as dense_row_avx512
 // (each pair's sixteen lanes accumulated over k in order, then reduced alike), a register tile of
-// 4 x C accumulators that loads each activation vector once for four weight rows.
+// 4 x C accumulators that loads each activation vector once for four weight rows. Each step also
+// prefetches pf_step cache lines of [pf, pf_end) into L2 (dense_quads_avx512: the next quad).
 template <WeightType kT, int C>
-void dense_quad_avx512(float* y, int64_t ldy, const Weight<float>& W, int64_t o, const float* x, int64_t ldx) {
+void dense_quad_avx512(float* y, int64_t ldy, const Weight<float>& W, int64_t o, const float* x, int64_t ldx,
+                       const char* pf, const char* pf_end, int64_t pf_step) {
   const int64_t in = W.cols;
   const uint8_t* w[4] = {row_ptr(W, o), row_ptr(W, o + 1), row_ptr(W, o + 2), row_ptr(W, o + 3)};
   __m512 acc[4 * C];  // [i][j] at i * C + j
   for (auto& a : acc) a = _mm512_setzero_ps();
   int64_t k = 0;
   for (; k + 16 <= in; k += 16) {  // whole vectors, then the masked tail (see dense_row_avx512)
+    for (int64_t p = 0; p < pf_step && pf < pf_end; ++p, pf += 64) _mm_prefetch(pf, _MM_HINT_T1);
     __m512 v[4];
     for (int i = 0; i < 4; ++i) v[i] = load16<kT>(w[i], k);
     for (int j = 0; j < C; ++j) {
@@ -477,14 +480,26 @@ void dense_quad_avx512(float* y, int64_t ldy, const Weight<float>& W, int64_t o,
 // stream, set the pace; four weight rows against four activation rows load 8 vectors for 16
 // multiply-adds where one weight row took 5 for 4, and reduce four sums at a time. (At 4 rows
 // the quad ran slower than the one-row streams, the weights then still setting the pace.)
+// While the first row tile multiplies a quad, the next quad's rows (contiguous, as dense rows
+// are) are prefetched into L2, spread over its steps: four streams a thread, each read in a burst
+// and then idle while the other tiles compute, left the hardware prefetcher behind. A 16-row
+// decode step of the stories110M shape, F32, row-independent, 2 threads on a Zen 4, alternating in
+// one process: 50.4-51.7 -> 37.3-38.0 ms (T1 or T0 alike; 15M 10.3 -> 6.8-7.1 ms). The arithmetic
+// is unchanged: the same bits.
 template <WeightType kT>
 void dense_quads_avx512(float* y, const Weight<float>& W, const float* x, int64_t n) {
   const int64_t out = W.rows, in = W.cols;
+  const int64_t row_bytes = weight_row_bytes(W.type, in);
+  const int64_t steps = std::max<int64_t>(in / 16, 1);
   parallel_for((out + 3) / 4, out * in >= 65536, [&](int64_t q) {
     const int64_t o = 4 * q;
+    const char* next = reinterpret_cast<const char*>(row_ptr(W, 0)) + (o + 4) * row_bytes;
+    const int64_t next_bytes = (std::min(out, o + 8) - std::min(out, o + 4)) * row_bytes;
+    const int64_t pf_step = (next_bytes / 64 + steps - 1) / steps;
     for_row_tiles(n, 0, [&](auto c, int64_t r) {
       constexpr int kC = decltype(c)::value;
-      if (o + 4 <= out) return dense_quad_avx512<kT, kC>(y + r * out, out, W, o, x + r * in, in);
+      const char* pf_end = r == 0 ? next + next_bytes : next;  // the first tile only
+      if (o + 4 <= out) return dense_quad_avx512<kT, kC>(y + r * out, out, W, o, x + r * in, in, next, pf_end, pf_step);
       for (int64_t i = o; i < out; ++i) dense_row_avx512<kT, kC>(y + r * out, out, W, i, x + r * in, in);
     });
   });
