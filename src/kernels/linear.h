@@ -84,7 +84,7 @@ void linear_forward_shared(std::initializer_list<LinearOut<T>> outs, const T* x,
 // work does not depend on how many rows share the call, for every n (and, where the one-row
 // product of a float32 weight is OpenBLAS's, one row at a time). A server's batch changes from step
 // to step; with this, a sequence's logits do not change with it. A batch of 8 or more float32 rows
-// takes a register tile of 4 weight rows x 4 activation rows whose every sum is the one-row
+// takes a register tile of 4 weight rows x 6 (or 4) activation rows whose every sum is the one-row
 // kernel's (same order, same reduction) instead of the tiled sgemm; bench/serve.sh measures both.
 class RowIndependentProducts {
  public:
