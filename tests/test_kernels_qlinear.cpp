@@ -278,7 +278,8 @@ TEST(StoredLinear, SameBitsWithOneAndTwoThreads) {
 // Under RowIndependentProducts every row of a product has the bits of that row alone (n = 1),
 // whatever n: for every type, for row counts that take each tile (1 to 4 activation rows with one
 // weight row; from 8 rows on, four weight rows at a time against six activation rows and the rest
-// in fours to ones, with the weight rows' tail of 1 to 3) and widths with and without a masked tail.
+// in fours to ones: 6 + 2, 6 + 3, 6 + 4 + 1, 6 + 6, 6 + 6 + 4, 6 + 6 + 6 + 1; with the weight rows'
+// tail of 1 to 3) and widths with and without a masked tail.
 TEST(StoredLinear, RowIndependentRowsHaveTheBitsOfEachRowAlone) {
   // (800: three groups of eight blocks and one past them, wider than the four-row calls take;
   // 1024: F32 rows 4 KB apart, which dense products tile by fours, not sixes.)
@@ -287,7 +288,7 @@ TEST(StoredLinear, RowIndependentRowsHaveTheBitsOfEachRowAlone) {
     for (const auto& [rows, cols] : shapes) {
       if (type != WeightType::F32 && type != WeightType::F16 && type != WeightType::BF16 && cols % 32 != 0) continue;
       const StoredWeight w = make_weight(type, rows, cols, static_cast<uint64_t>(rows + 3 * cols));
-      for (const int64_t n : {int64_t{3}, int64_t{8}, int64_t{12}, int64_t{16}, int64_t{19}}) {
+      for (const int64_t n : {int64_t{3}, int64_t{8}, int64_t{9}, int64_t{11}, int64_t{12}, int64_t{16}, int64_t{19}}) {
         SCOPED_TRACE(std::string(weight_type_name(type)) + " " + std::to_string(rows) + "x" + std::to_string(cols) +
                      " n=" + std::to_string(n));
         const auto x = random_acts(n, cols, static_cast<uint64_t>(5 * n + 1));

@@ -420,7 +420,8 @@ __m512 load16_masked(const uint8_t* row, int64_t k, __mmask16 mk) {
   }
 }
 
-// y[j, o] for j < C (<= 4 activation rows): weight row o, converted once, meets every activation row.
+// y[j, o] for j < C (<= 4 activation rows; 6 instantiated, never called): weight row o, converted once, meets every
+// activation row.
 template <WeightType kT, int C>
 void dense_row_avx512(float* y, int64_t ldy, const Weight<float>& W, int64_t o, const float* x, int64_t ldx) {
   const int64_t in = W.cols;
@@ -479,12 +480,13 @@ void dense_quad_avx512(float* y, int64_t ldy, const Weight<float>& W, int64_t o,
 // Many rows (the row-independent products of a batch): the multiply-adds, not the weight
 // stream, set the pace; four weight rows against six activation rows load 10 vectors for 24
 // multiply-adds where one weight row took 5 for 4, and reduce four sums at a time (the rows past
-// the sixes in tiles of 4 to 1). Rows whose stride is a multiple of 4 KB (2048 F32 values) take
-// tiles of four activation rows instead: ten rows 4 KB apart fall in one set of the L1 cache,
-// whose eight ways then thrash (a 768 x 2048 product of 16 or 512 rows ran 30% slower in sixes,
-// where 768-wide ones ran 10-20% faster than in fours; a 16-row stories110M F32 decode step
-// 39.6 -> 37.0 ms, 15M 7.3 -> 6.6 ms). (At 4 rows the quad ran slower than the one-row streams,
-// the weights then still setting the pace.)
+// the sixes in tiles of 4 to 1). Where the weight rows or the activation rows lie a multiple of
+// 4 KB apart (1024 F32 values; 2048 F16 or BF16 weights), tiles of four activation rows instead:
+// the ten streams then fall in few sets of the L1 cache, whose eight ways thrash (a 768 x 2048 F32
+// product of 16 or 512 rows ran 30% slower in sixes, where 768-wide ones ran 10-20% faster than
+// in fours; a 16-row stories110M F32 decode step 39.6 -> 37.0 ms, 15M 7.3 -> 6.6 ms, alternating
+// in one process, a run apart from the prefetch's below). (At 4 rows the quad ran slower than the
+// one-row streams, the weights then still setting the pace.)
 // While the first row tile multiplies a quad, the next quad's rows (contiguous, as dense rows
 // are) are prefetched into L2, spread over its steps: four streams a thread, each read in a burst
 // and then idle while the other tiles compute, left the hardware prefetcher behind. A 16-row
@@ -496,10 +498,10 @@ void dense_quads_avx512(float* y, const Weight<float>& W, const float* x, int64_
   const int64_t out = W.rows, in = W.cols;
   const int64_t row_bytes = weight_row_bytes(W.type, in);
   const int64_t steps = std::max<int64_t>(in / 16, 1);
-  const bool six = row_bytes % 4096 != 0;
+  const bool six = row_bytes % 4096 != 0 && (in * int64_t(sizeof(float))) % 4096 != 0;
   parallel_for((out + 3) / 4, out * in >= 65536, [&](int64_t q) {
     const int64_t o = 4 * q;
-    const char* next = reinterpret_cast<const char*>(row_ptr(W, 0)) + (o + 4) * row_bytes;
+    const char* next = reinterpret_cast<const char*>(row_ptr(W, std::min(o + 4, out)));
     const int64_t next_bytes = (std::min(out, o + 8) - std::min(out, o + 4)) * row_bytes;
     const int64_t pf_step = (next_bytes / 64 + steps - 1) / steps;
     auto tile = [&](auto c, int64_t r) {
