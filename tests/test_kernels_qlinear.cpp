@@ -282,7 +282,7 @@ TEST(StoredLinear, SameBitsWithOneAndTwoThreads) {
 // tail of 1 to 3) and widths with and without a masked tail.
 TEST(StoredLinear, RowIndependentRowsHaveTheBitsOfEachRowAlone) {
   // (800: three groups of eight blocks and one past them, wider than the four-row calls take;
-  // 1024: F32 rows 4 KB apart, which dense products tile by fours, not sixes.)
+  // 1024: F32 rows 4 KB apart, whose ten streams fall in few sets of the L1 cache.)
   const std::pair<int64_t, int64_t> shapes[] = {{13, 96}, {38, 288}, {7, 200}, {16, 64}, {9, 800}, {6, 1024}};
   for (const WeightType type : kTypes) {
     for (const auto& [rows, cols] : shapes) {

@@ -17,12 +17,17 @@ bool row_independent_products() { return row_independent; }
 
 namespace {
 
-// The stored types always, and with AVX-512 the one-row product of a dense weight too (decode:
-// our few-row kernel streams the weights at the bandwidth bound, where OpenBLAS's sgemv, held to
-// AVX2, did not). Row-independent products of a dense weight take the few-row kernel for every n.
+// The stored types always, and with AVX-512 the products of a dense weight by fewer than
+// kOwnDenseRows rows too: one row (decode: our few-row kernel streams the weights at the
+// bandwidth bound, where OpenBLAS's sgemv, held to AVX2, did not), and the register tiles of 4
+// weight rows x 6 activation rows (kernels/qlinear.cpp), which ran at least as fast as OpenBLAS's
+// sgemm up to 128 rows (2 threads of a Zen 4, the stories shapes' matrices: 16 rows 120-170
+// GFLOP/s against 60-120, 64 rows 130-205 against 110-180, 128 rows about even; at 256 and 512
+// rows sgemm is 0-15% ahead). Row-independent products of a dense weight take them for every n.
+constexpr int64_t kOwnDenseRows = 128;
 bool own_kernel(const Weight<float>& W, int64_t n) {
 #if defined(__AVX512F__)
-  return !W.is_dense() || n == 1 || row_independent;
+  return !W.is_dense() || n < kOwnDenseRows || row_independent;
 #else
   (void)n;
   return !W.is_dense();

@@ -460,7 +460,8 @@ void dense_quad_avx512(float* y, int64_t ldy, const Weight<float>& W, int64_t o,
     __m512 v[4];
     for (int i = 0; i < 4; ++i) v[i] = load16<kT>(w[i], k);
     for (int j = 0; j < C; ++j) {
-      const __m512 xv = _mm512_loadu_ps(x + j * ldx + k);
+      __m512 xv = _mm512_loadu_ps(x + j * ldx + k);
+      asm("" : "+v"(xv));  // in a register: not a memory operand of each multiply-add (see below)
       for (int i = 0; i < 4; ++i) acc[i * C + j] = _mm512_fmadd_ps(v[i], xv, acc[i * C + j]);
     }
   }
@@ -480,13 +481,14 @@ void dense_quad_avx512(float* y, int64_t ldy, const Weight<float>& W, int64_t o,
 // Many rows (the row-independent products of a batch): the multiply-adds, not the weight
 // stream, set the pace; four weight rows against six activation rows load 10 vectors for 24
 // multiply-adds where one weight row took 5 for 4, and reduce four sums at a time (the rows past
-// the sixes in tiles of 4 to 1). Where the weight rows or the activation rows lie a multiple of
-// 4 KB apart (1024 F32 values; 2048 F16 or BF16 weights), tiles of four activation rows instead:
-// the ten streams then fall in few sets of the L1 cache, whose eight ways thrash (a 768 x 2048 F32
-// product of 16 or 512 rows ran 30% slower in sixes, where 768-wide ones ran 10-20% faster than
-// in fours; a 16-row stories110M F32 decode step 39.6 -> 37.0 ms, 15M 7.3 -> 6.6 ms, alternating
-// in one process, a run apart from the prefetch's below). (At 4 rows the quad ran slower than the
-// one-row streams, the weights then still setting the pace.)
+// the sixes in tiles of 4 to 1). Each activation vector is loaded once into a register for its
+// four multiply-adds: left to itself, GCC 12 folded the load into each of them (a memory operand
+// costs it nothing), 28 loads of 64 bytes for 24 multiply-adds, and a Zen 4 core, which loads 64
+// bytes a cycle, then waited on its loads: 768 x 768 products of 16 to 512 rows at 90-130 GFLOP/s
+// on 2 threads, 155-190 with the loads kept (OpenBLAS's sgemm, in the same runs: 105-200). Ten
+// rows 4 KB apart (the stories110M w2, 2048 F32 values wide) then also tile by sixes: the 30%
+// they lost to it was the folded loads' (768 x 2048, 16 to 512 rows: 65-140 in fours, 155-205 in
+// sixes).
 // While the first row tile multiplies a quad, the next quad's rows (contiguous, as dense rows
 // are) are prefetched into L2, spread over its steps: four streams a thread, each read in a burst
 // and then idle while the other tiles compute, left the hardware prefetcher behind. A 16-row
@@ -498,7 +500,6 @@ void dense_quads_avx512(float* y, const Weight<float>& W, const float* x, int64_
   const int64_t out = W.rows, in = W.cols;
   const int64_t row_bytes = weight_row_bytes(W.type, in);
   const int64_t steps = std::max<int64_t>(in / 16, 1);
-  const bool six = row_bytes % 4096 != 0 && (in * int64_t(sizeof(float))) % 4096 != 0;
   parallel_for((out + 3) / 4, out * in >= 65536, [&](int64_t q) {
     const int64_t o = 4 * q;
     const char* next = reinterpret_cast<const char*>(row_ptr(W, std::min(o + 4, out)));
@@ -511,7 +512,7 @@ void dense_quads_avx512(float* y, const Weight<float>& W, const float* x, int64_
       for (int64_t i = o; i < out; ++i) dense_row_avx512<kT, kC>(y + r * out, out, W, i, x + r * in, in);
     };
     int64_t r = 0;
-    if (six && o + 4 <= out)
+    if (o + 4 <= out)
       for (; r + 6 <= n; r += 6) tile(std::integral_constant<int, 6>{}, r);
     for_row_tiles(n, r, tile);
   });
