@@ -5,6 +5,7 @@
 // cancellation and shutdown.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -43,13 +44,11 @@ constexpr const char* kConfig = R"({"context_length": 96, "d_model": 64, "d_ff":
 // The decode forward of 16 sequences at scattered slots, under RowIndependentProducts, gives each
 // the bits of its own one-sequence forward: for float32 weights and every stored type (whose
 // tiled products, taken from 8 rows on, are not used in this mode).
-TEST(ServeEngine, DecodeWithSlotsGivesEachSequenceTheBitsOfItsOwnForward) {
-  test::TempDir tmp;
-  auto dense = test_model(kConfig, 5);
+// The test model in float32 and, through GGUF files, in BF16, Q8_0 and Q4_0.
+void models_of_every_type(const test::TempDir& tmp, std::vector<std::unique_ptr<Model>>& models,
+                          std::vector<std::string>& names) {
   const auto tok = CharTokenizer::bytes();
-  std::vector<std::unique_ptr<Model>> models;
-  std::vector<std::string> names;
-  models.push_back(std::move(dense));
+  models.push_back(test_model(kConfig, 5));
   names.push_back("f32");
   for (const auto& [type, name] : {std::pair{GgufExportType::BF16, "bf16"}, std::pair{GgufExportType::Q8_0, "q8_0"},
                                    std::pair{GgufExportType::Q4_0, "q4_0"}}) {
@@ -58,6 +57,13 @@ TEST(ServeEngine, DecodeWithSlotsGivesEachSequenceTheBitsOfItsOwnForward) {
     models.push_back(std::move(load_model(p).model));
     names.push_back(name);
   }
+}
+
+TEST(ServeEngine, DecodeWithSlotsGivesEachSequenceTheBitsOfItsOwnForward) {
+  test::TempDir tmp;
+  std::vector<std::unique_ptr<Model>> models;
+  std::vector<std::string> names;
+  models_of_every_type(tmp, models, names);
   for (size_t mi = 0; mi < models.size(); ++mi) {
     SCOPED_TRACE(names[mi]);
     Model& m = *models[mi];
@@ -103,6 +109,58 @@ TEST(ServeEngine, DecodeWithSlotsGivesEachSequenceTheBitsOfItsOwnForward) {
     EXPECT_THROW(m.forward_cached(lg.data(), next.data(), 2, 1, nullptr, shared, false, twice.data()), Error);
     std::vector<int64_t> outside = {S};
     EXPECT_THROW(m.forward_cached(lg.data(), next.data(), 1, 1, nullptr, shared, false, outside.data()), Error);
+  }
+}
+
+// The server's grouped prefill step: chunks of several sequences, each shorter than the model's
+// row_independent_below, in one forward ([B, width] with padding, at scattered slots, from
+// different cache lengths) under RowIndependentProducts give each sequence the bits of its chunk's
+// forward alone with no such scope (what `tformer generate` runs), and leave the same keys and
+// values in the cache (the decode after them agrees to the bit too). For float32 and every stored
+// type.
+TEST(ServeEngine, ShortPrefillChunksOfSeveralSequencesInOneForwardHaveTheBitsOfEachAlone) {
+  test::TempDir tmp;
+  std::vector<std::unique_ptr<Model>> models;
+  std::vector<std::string> names;
+  models_of_every_type(tmp, models, names);
+  for (size_t mi = 0; mi < models.size(); ++mi) {
+    SCOPED_TRACE(names[mi]);
+    Model& m = *models[mi];
+    const int64_t below = m.row_independent_below();
+#if defined(__AVX512F__)
+    EXPECT_EQ(below, mi == 0 ? 128 : 8);
+#else
+    EXPECT_EQ(below, mi == 0 ? 2 : 8);
+#endif
+    const int64_t V = m.config().vocab_size, S = 11, B = 6, longest = std::min<int64_t>(below - 1, 29);
+    KVCache shared = m.make_cache(S, 96);
+    std::vector<KVCache> own;
+    std::vector<int64_t> slots;
+    for (int64_t b = 0; b < B; ++b) {
+      own.push_back(m.make_cache(1, 96));
+      slots.push_back((4 * b + 9) % S);
+    }
+    std::vector<float> one(static_cast<size_t>(V));
+    for (int round = 0; round < 3; ++round) {
+      const bool decode = round == 2;
+      std::vector<int64_t> valid;
+      for (int64_t b = 0; b < B; ++b) valid.push_back(decode ? 1 : 1 + (5 * b + 3 * round + 2) % longest);
+      const int64_t width = *std::max_element(valid.begin(), valid.end());
+      std::vector<TokenId> ids(static_cast<size_t>(B * width), 7);  // 7: the padding, never read
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t t = 0; t < valid[b]; ++t) ids[b * width + t] = static_cast<TokenId>((37 * b + 11 * t + round) % V);
+      std::vector<float> lg(static_cast<size_t>(B * V));
+      {
+        const RowIndependentProducts alone;
+        m.forward_cached(lg.data(), ids.data(), B, width, valid.data(), shared, false, slots.data());
+      }
+      for (int64_t b = 0; b < B; ++b) {
+        m.forward_cached(one.data(), ids.data() + b * width, 1, valid[b], nullptr, own[b], false);
+        ASSERT_EQ(std::memcmp(one.data(), lg.data() + b * V, static_cast<size_t>(V) * sizeof(float)), 0)
+            << "sequence " << b << " round " << round << " (" << valid[b] << " tokens)";
+        EXPECT_EQ(shared.length(slots[b]), own[b].length(0));
+      }
+    }
   }
 }
 
@@ -344,6 +402,53 @@ TEST_F(ServeEngineTest, TheLoopCanRunOnTheCallersThread) {
   engine.stop();
   caller.join();                   // run() returns after stop()
   EXPECT_THROW(own.run(), Error);  // that one's loop has its own thread
+}
+
+// Sixteen short prompts waiting when a step begins prefill together: in forwards of at most
+// prefill_chunk token rows (here 160, padding included: past the 128 rows from which a float32
+// product outside RowIndependentProducts would take the sgemm), each request's text and
+// log-probabilities those of its run alone.
+TEST_F(ServeEngineTest, ShortPromptsWaitingTogetherPrefillInOneForwardWithTheirSoloBits) {
+  EngineOptions o;
+  o.parallel = 16;
+  o.prefill_chunk = 160;
+  auto job = [&](int i) {
+    CompletionJob j = job_of(tok_, std::string(static_cast<size_t>(3 + (7 * i) % 13), char('A' + i)), 12 + i,
+                             static_cast<uint64_t>(40 + i));
+    j.top_logprobs = 2;
+    return j;
+  };
+  std::vector<Result> solo;
+  {
+    Engine one(*model_, tok_, o);
+    for (int i = 0; i < 16; ++i) solo.push_back(drain(*one.submit(job(i))));
+    EXPECT_EQ(one.metrics().max_prefill_batch, 1);
+  }
+  o.run_on_caller = true;
+  Engine engine(*model_, tok_, o);
+  std::vector<std::shared_ptr<Stream>> streams;
+  for (int i = 0; i < 16; ++i) streams.push_back(engine.submit(job(i)));  // all waiting before the loop runs
+  std::thread caller([&] { engine.run(); });
+  for (int i = 0; i < 16; ++i) {
+    SCOPED_TRACE(i);
+    const Result r = drain(*streams[static_cast<size_t>(i)]);
+    EXPECT_EQ(r.text, solo[static_cast<size_t>(i)].text);
+    ASSERT_EQ(r.logprobs.size(), solo[static_cast<size_t>(i)].logprobs.size());
+    for (size_t k = 0; k < r.logprobs.size(); ++k) {
+      EXPECT_EQ(r.logprobs[k].logprob, solo[static_cast<size_t>(i)].logprobs[k].logprob);  // exact
+      EXPECT_EQ(r.logprobs[k].top, solo[static_cast<size_t>(i)].logprobs[k].top);
+    }
+  }
+  const auto m = engine.metrics();
+  engine.stop();
+  caller.join();
+  // Prompts of 3 to 15 tokens: at most 160 rows a step, padding included, so 10 to 16 of them
+  // together where the model's short chunks share a forward.
+  if (model_->row_independent_below() > 16) {
+    EXPECT_GE(m.max_prefill_batch, 10);
+  } else {
+    EXPECT_EQ(m.max_prefill_batch, 1);
+  }
 }
 
 TEST_F(ServeEngineTest, LimitsCancellationAndShutdown) {

@@ -42,6 +42,18 @@ void add_bias(float* y, const float* b, int64_t n, int64_t out) {
 
 }  // namespace
 
+int64_t row_independent_below(WeightType type) {
+  if (type == WeightType::F64) return 2;  // (double products are always OpenBLAS's)
+  if (type == WeightType::F32) {
+#if defined(__AVX512F__)
+    return kOwnDenseRows;
+#else
+    return 2;
+#endif
+  }
+  return kStoredFewRows;
+}
+
 template <typename T>
 void linear_forward(T* y, const T* x, const Weight<T>& W, const T* b, int64_t n) {
   if constexpr (std::is_same_v<T, float>) {

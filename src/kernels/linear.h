@@ -98,6 +98,13 @@ class RowIndependentProducts {
 };
 // Whether a RowIndependentProducts scope is on for this thread.
 bool row_independent_products();
+// The row count below which a float product by a `type` weight takes, with no RowIndependentProducts
+// scope, the very kernels it takes inside one: fewer rows than this have, alone, the bits each of
+// them has in a row-independent product of any size (a server's prefill chunks of several
+// sequences in one forward then equal each chunk's forward alone, and `tformer generate`'s). With
+// AVX-512, F32: 128 (kernels/linear.cpp); without it, 2 (OpenBLAS's for more than one row); the
+// stored types: 8 (kernels/qlinear.h's few-row kernels).
+int64_t row_independent_below(WeightType type);
 
 // dx: [n, W.cols] (+=); dW: [W.rows, W.cols] (+=, dense); db: [W.rows] (+=); dy: [n, W.rows];
 // x: [n, W.cols] (read only when dW is wanted).

@@ -32,7 +32,7 @@ namespace tformer {
 namespace {
 
 constexpr int64_t QK = kQuantBlockValues;
-constexpr int64_t kFewRows = 8;                    // n below this: the weights are streamed once, rows against rows
+constexpr int64_t kFewRows = kStoredFewRows;       // n below this: the weights are streamed once, rows against rows
 constexpr int64_t kPanelRows = 2048;               // F16 / BF16 weight rows converted per sgemm call (its NC)
 constexpr int64_t kGroupsPerPass = 16;             // activation groups of 8 rows a pass of the tiled product covers
 constexpr int64_t kActsPerPassBytes = 512 * 1024;  // at least; the block types' passes take this much

@@ -64,6 +64,10 @@
 
 namespace tformer {
 
+// Fewer rows than this take the few-row kernels (each weight row streamed once against every
+// activation row, each pair summed as the one-row product sums it); more, the tiled products.
+inline constexpr int64_t kStoredFewRows = 8;
+
 // Bytes of one row of `cols` values in `type` (for Q8_0 / Q4_0 cols must be a multiple of 32).
 int64_t weight_row_bytes(WeightType type, int64_t cols);
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "core/memory.h"
 #include "core/rng.h"
@@ -98,6 +99,17 @@ double BasicModel<T>::weight_bytes_per_token() const {
   if (config_.tied_embeddings)
     bytes += static_cast<double>(w.output.rows) * static_cast<double>(weight_row_bytes(w.output.type, w.output.cols));
   return bytes;
+}
+
+template <typename T>
+int64_t BasicModel<T>::row_independent_below() const {
+  ModelParams<T> w = weights_;
+  int64_t below = std::numeric_limits<int64_t>::max();
+  visit_model_tensors(w, config_, [&](const std::string&, const Shape&, auto& field) {
+    if constexpr (std::is_same_v<std::decay_t<decltype(field)>, Weight<T>>)
+      if (field.present()) below = std::min(below, tformer::row_independent_below(field.type));
+  });
+  return std::min(below, tformer::row_independent_below(w.output.type));
 }
 
 template <typename T>

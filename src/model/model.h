@@ -91,6 +91,9 @@ class BasicModel {
   // Bytes of the weights one decode step reads: every matrix in its type, plus one row of each
   // embedding table and the norm gains and biases.
   double weight_bytes_per_token() const;
+  // The least of row_independent_below (kernels/linear.h) over the model's matrices: a forward of
+  // fewer token rows than this computes every product as a RowIndependentProducts scope would.
+  int64_t row_independent_below() const;
 
   // Grows the workspace to hold a chunk of `rows` token rows (batch x chunk) and `batch`
   // sequences, so that the first forward of that size allocates nothing either.

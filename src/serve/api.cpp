@@ -967,6 +967,9 @@ std::string Api::metrics_text() const {
   metric("tformer_decode_batch", "gauge", "Sequences in the last decode step.", static_cast<double>(m.decode_batch));
   metric("tformer_decode_batch_max", "gauge", "The most sequences one decode step has held.",
          static_cast<double>(m.max_decode_batch));
+  metric("tformer_prefill_batch", "gauge", "Sequences in the last prefill step.", static_cast<double>(m.prefill_batch));
+  metric("tformer_prefill_batch_max", "gauge", "The most sequences one prefill step has held.",
+         static_cast<double>(m.max_prefill_batch));
   histogram("tformer_time_to_first_token_seconds", "From a request's arrival to its first token.", m.ttft);
   histogram("tformer_token_latency_seconds", "Between consecutive tokens of a sequence.", m.token_latency);
   return out;

@@ -92,6 +92,7 @@ Engine::Engine(Model& model, const Tokenizer& tokenizer, EngineOptions options)
   eot_ = tokenizer.eot_id();
   slots_.resize(static_cast<size_t>(options_.parallel));
   model_.reserve(std::max(options_.parallel, std::min(options_.prefill_chunk, options_.context)), options_.parallel);
+  row_independent_below_ = model_.row_independent_below();
   if (!options_.run_on_caller) thread_ = std::thread([this] { loop(); });
 }
 
@@ -463,23 +464,70 @@ void Engine::step() {
     }
     for (int64_t b = 0; b < k; ++b) std::copy_n(logits.data() + b * V, V, batch[b]->logits.data());
   }
-  // 3. The next prefill chunk of the oldest sequence still prefilling, alone.
-  Sequence* oldest = nullptr;
+  // 3. A prefill step: the next chunk of the oldest sequence still prefilling and, where that
+  //    chunk is shorter than row_independent_below_, the next chunks of the sequences admitted
+  //    after it that are too, in one forward of at most prefill_chunk token rows (padding
+  //    included). Each sequence's chunks are the same, grouped or alone (at most prefill_chunk
+  //    tokens from where it stands), and a chunk that short takes, alone, the very products a
+  //    row-independent forward takes: grouped, every chunk has the bits of its forward alone
+  //    (and of `tformer generate`'s with the same --prefill-chunk).
+  std::vector<Sequence*> waiting;
   for (auto& sp : slots_)
-    if (sp && !sp->decoding() && sp->leader_slot < 0 && !sp->out->cancelled() && (!oldest || sp->order < oldest->order))
-      oldest = sp.get();
-  if (oldest) {
-    Sequence& s = *oldest;
-    const int64_t P = static_cast<int64_t>(s.job.prompt.size());
-    const int64_t n = std::min(options_.prefill_chunk, P - s.prefilled);
-    model_.forward_cached(s.logits.data(), s.job.prompt.data() + s.prefilled, 1, n, nullptr, cache_, false, &s.slot);
-    s.prefilled += n;
+    if (sp && !sp->decoding() && sp->leader_slot < 0 && !sp->out->cancelled()) waiting.push_back(sp.get());
+  if (waiting.empty()) return;
+  std::sort(waiting.begin(), waiting.end(), [](const Sequence* a, const Sequence* b) { return a->order < b->order; });
+  auto chunk_of = [&](const Sequence* s) {
+    return std::min(options_.prefill_chunk, static_cast<int64_t>(s->job.prompt.size()) - s->prefilled);
+  };
+  std::vector<Sequence*> group{waiting[0]};
+  int64_t width = chunk_of(waiting[0]);
+  if (width < row_independent_below_) {
+    for (size_t i = 1; i < waiting.size(); ++i) {
+      const int64_t c = chunk_of(waiting[i]);
+      if (c >= row_independent_below_) continue;
+      const int64_t w = std::max(width, c);
+      if (static_cast<int64_t>(group.size() + 1) * w > options_.prefill_chunk) break;
+      group.push_back(waiting[i]);
+      width = w;
+    }
+  }
+  {
+    std::lock_guard lock(mu_);
+    metrics_.prefill_batch = static_cast<int64_t>(group.size());
+    metrics_.max_prefill_batch = std::max(metrics_.max_prefill_batch, metrics_.prefill_batch);
+  }
+  if (group.size() == 1) {
+    Sequence& s = *group[0];
+    model_.forward_cached(s.logits.data(), s.job.prompt.data() + s.prefilled, 1, width, nullptr, cache_, false,
+                          &s.slot);
+  } else {
+    const auto B = static_cast<int64_t>(group.size());
+    std::vector<TokenId> ids(static_cast<size_t>(B * width), 0);
+    std::vector<int64_t> valid, slots;
+    for (int64_t b = 0; b < B; ++b) {
+      const Sequence& s = *group[static_cast<size_t>(b)];
+      const int64_t c = chunk_of(&s);
+      std::copy_n(s.job.prompt.data() + s.prefilled, c, ids.data() + b * width);
+      valid.push_back(c);
+      slots.push_back(s.slot);
+    }
+    std::vector<float> logits(static_cast<size_t>(B * V));
+    {
+      const RowIndependentProducts alone;
+      model_.forward_cached(logits.data(), ids.data(), B, width, valid.data(), cache_, false, slots.data());
+    }
+    for (int64_t b = 0; b < B; ++b)
+      std::copy_n(logits.data() + b * V, V, group[static_cast<size_t>(b)]->logits.data());
+  }
+  for (Sequence* sp : group) {
+    Sequence& s = *sp;
+    s.prefilled += chunk_of(&s);
     if (s.decoding()) {
       // The other samples of the prompt: the same cache slots and logits, copied.
       for (Sequence* f : followers(s)) {
         cache_.copy_sequence(s.slot, f->slot);
         f->logits = s.logits;
-        f->prefilled = P;
+        f->prefilled = static_cast<int64_t>(s.job.prompt.size());
         f->leader_slot = -1;
       }
       s.follower_slots.clear();

@@ -11,14 +11,20 @@
 //   2. runs one decode forward over the sequences still decoding, each at its own position
 //      (Model::forward_cached with slots: the batch is the sequences of this step, wherever they
 //      sit in the cache);
-//   3. runs the next prefill chunk (at most `prefill_chunk` tokens) of the oldest request still
-//      prefilling, alone, so that a long prompt delays the others' decode by one chunk per step.
+//   3. runs one prefill step: the next chunk (at most `prefill_chunk` tokens) of the oldest
+//      request still prefilling, and, where that chunk is short (below the model's
+//      row_independent_below: 128 tokens for float32 weights with AVX-512, 8 for the stored
+//      types), the next short chunks of the requests after it, in one forward of at most
+//      `prefill_chunk` token rows; so a long prompt delays the others' decode by one chunk a step,
+//      and sixteen short prompts that arrive together prefill in one forward, not sixteen.
 //
 // Batch invariance. A sequence's logits are bit-identical whether it runs alone or beside others:
-// its prefill chunks always run alone, in the same chunks, and the decode forward runs under
-// RowIndependentProducts (kernels/linear.h), whose per-row arithmetic does not depend on the batch;
-// attention is per sequence. So a greedy or seeded request returns the same tokens however busy
-// the server is, and the same tokens as `tformer generate` with the same seed and prefill chunk.
+// its prefill chunks are the same chunks however busy the server is; a long chunk runs alone, and
+// short ones together under RowIndependentProducts (kernels/linear.h), whose per-row arithmetic
+// does not depend on the batch and is, below row_independent_below rows, what a forward of the
+// chunk alone takes too; the decode forward runs under RowIndependentProducts; attention is per
+// sequence. So a greedy or seeded request returns the same tokens however busy the server is, and
+// the same tokens as `tformer generate` with the same seed and prefill chunk.
 #pragma once
 
 #include <atomic>
@@ -115,6 +121,7 @@ struct EngineMetrics {
   uint64_t prompt_tokens = 0, completion_tokens = 0;
   int64_t queued = 0, active = 0;
   int64_t decode_batch = 0, max_decode_batch = 0;  // sequences in the last decode forward, and the most
+  int64_t prefill_batch = 0, max_prefill_batch = 0;  // sequences in the last prefill forward, and the most
   Histogram ttft{{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}};
   Histogram token_latency{{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}};
 };
@@ -174,6 +181,7 @@ class Engine {
   int64_t cache_bytes_ = 0;
   std::vector<TokenId> never_sample_;
   std::optional<TokenId> eot_;
+  int64_t row_independent_below_ = 0;  // the model's (Model::row_independent_below): prefill chunks shorter share a forward
 
   mutable std::mutex mu_;  // guards queue_, stopping_, metrics_
   std::condition_variable cv_;
