@@ -45,28 +45,29 @@ constexpr const char* kConfig = R"({"context_length": 96, "d_model": 64, "d_ff":
 // the bits of its own one-sequence forward: for float32 weights and every stored type (whose
 // tiled products, taken from 8 rows on, are not used in this mode).
 // The test model in float32 and, through GGUF files, in BF16, Q8_0 and Q4_0.
-void models_of_every_type(const test::TempDir& tmp, std::vector<std::unique_ptr<Model>>& models,
-                          std::vector<std::string>& names) {
-  const auto tok = CharTokenizer::bytes();
-  models.push_back(test_model(kConfig, 5));
-  names.push_back("f32");
-  for (const auto& [type, name] : {std::pair{GgufExportType::BF16, "bf16"}, std::pair{GgufExportType::Q8_0, "q8_0"},
-                                   std::pair{GgufExportType::Q4_0, "q4_0"}}) {
-    const std::string p = (tmp.path() / (std::string(name) + ".gguf")).string();
-    export_gguf(p, *models[0], tok, "", type);
-    models.push_back(std::move(load_model(p).model));
-    names.push_back(name);
-  }
-}
-
-TEST(ServeEngine, DecodeWithSlotsGivesEachSequenceTheBitsOfItsOwnForward) {
+struct ModelsOfEveryType {
   test::TempDir tmp;
   std::vector<std::unique_ptr<Model>> models;
   std::vector<std::string> names;
-  models_of_every_type(tmp, models, names);
-  for (size_t mi = 0; mi < models.size(); ++mi) {
-    SCOPED_TRACE(names[mi]);
-    Model& m = *models[mi];
+  ModelsOfEveryType() {
+    const auto tok = CharTokenizer::bytes();
+    models.push_back(test_model(kConfig, 5));
+    names.push_back("f32");
+    for (const auto& [type, name] : {std::pair{GgufExportType::BF16, "bf16"}, std::pair{GgufExportType::Q8_0, "q8_0"},
+                                     std::pair{GgufExportType::Q4_0, "q4_0"}}) {
+      const std::string p = (tmp.path() / (std::string(name) + ".gguf")).string();
+      export_gguf(p, *models[0], tok, "", type);
+      models.push_back(std::move(load_model(p).model));
+      names.push_back(name);
+    }
+  }
+};
+
+TEST(ServeEngine, DecodeWithSlotsGivesEachSequenceTheBitsOfItsOwnForward) {
+  const ModelsOfEveryType every;
+  for (size_t mi = 0; mi < every.models.size(); ++mi) {
+    SCOPED_TRACE(every.names[mi]);
+    Model& m = *every.models[mi];
     const int64_t V = m.config().vocab_size, S = 20, B = 16;
     // Sequence b (b < 16) lives in slot (7 b + 3) mod 20, with a prompt of 1 + (5 b) mod 13 tokens.
     KVCache shared = m.make_cache(S, 64);
@@ -119,13 +120,10 @@ TEST(ServeEngine, DecodeWithSlotsGivesEachSequenceTheBitsOfItsOwnForward) {
 // values in the cache (the decode after them agrees to the bit too). For float32 and every stored
 // type.
 TEST(ServeEngine, ShortPrefillChunksOfSeveralSequencesInOneForwardHaveTheBitsOfEachAlone) {
-  test::TempDir tmp;
-  std::vector<std::unique_ptr<Model>> models;
-  std::vector<std::string> names;
-  models_of_every_type(tmp, models, names);
-  for (size_t mi = 0; mi < models.size(); ++mi) {
-    SCOPED_TRACE(names[mi]);
-    Model& m = *models[mi];
+  const ModelsOfEveryType every;
+  for (size_t mi = 0; mi < every.models.size(); ++mi) {
+    SCOPED_TRACE(every.names[mi]);
+    Model& m = *every.models[mi];
     const int64_t below = m.row_independent_below();
 #if defined(__AVX512F__)
     EXPECT_EQ(below, mi == 0 ? 128 : 8);
