@@ -4,10 +4,13 @@
 // completion tokens/s over the level's wall time, and time to first token (first streamed text)
 // p50 and p99 seen by the clients, the server's own mean time to first token (from /metrics: from
 // the request's acceptance to its first sampled token, no HTTP in it), and the median round trip
-// of GET /health before the levels (what HTTP alone costs these clients). One JSON line per level.
+// of GET /health before the levels (what HTTP alone costs these clients). --rounds R runs the levels
+// R times over, in turn (1, 4, 16, 1, 4, 16, ...), so that a ratio of two levels can be taken
+// within a round, seconds apart, on a machine whose speed moves from minute to minute. One JSON
+// line per level and round.
 //
 //   node bench/serve_load.mjs --tformer build/tformer --model FILE [--clients 1,4,16]
-//        [--requests 4] [--prompt 32] [--max-tokens 64] [--parallel 16] [--threads 2]
+//        [--requests 4] [--prompt 32] [--max-tokens 64] [--parallel 16] [--threads 2] [--rounds 1]
 //
 // Plain fetch() and server-sent events, no client library, so that the client costs little.
 import {startServer} from "../tools/interop/serve_lib.mjs";
@@ -25,6 +28,7 @@ const promptTokens = Number(flag("--prompt", "32"));
 const maxTokens = Number(flag("--max-tokens", "64"));
 const parallel = flag("--parallel", "16");
 const threads = flag("--threads", "2");
+const rounds = Number(flag("--rounds", "1"));
 if (!model) throw new Error("serve_load.mjs: --model FILE");
 
 const server = startServer(tformer, ["--model", model, "--port", "0", "--parallel", parallel, "--threads", threads,
@@ -86,7 +90,7 @@ for (let i = 0; i < 21; i++) {
 }
 const roundTrip = quantile(trips, 0.5);
 let seed = 10;
-for (const c of levels) {
+for (let round = 0; round < rounds; round++) for (const c of levels) {
   const before = await serverTtft();
   const ttfts = [];
   let tokens = 0;
@@ -100,7 +104,7 @@ for (const c of levels) {
   }));
   const wall = (performance.now() - t0) / 1000;
   const after = await serverTtft();
-  console.log(JSON.stringify({clients: c, requests: c * perClient, tokens, seconds: wall, tokens_per_s: tokens / wall,
+  console.log(JSON.stringify({round, clients: c, requests: c * perClient, tokens, seconds: wall, tokens_per_s: tokens / wall,
                               ttft_p50: quantile(ttfts, 0.5), ttft_p99: quantile(ttfts, 0.99),
                               server_ttft_mean: after.count > before.count ?  // none with --max-tokens 0
                                 (after.sum - before.sum) / (after.count - before.count) : null,
