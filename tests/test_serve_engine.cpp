@@ -449,6 +449,77 @@ TEST_F(ServeEngineTest, ShortPromptsWaitingTogetherPrefillInOneForwardWithTheirS
   }
 }
 
+// Prompts of several chunks beside short ones, all waiting when the loop starts: a 17-token prompt
+// at --prefill-chunk 16 ends on a one-token chunk, which must not be padded into a wider group (the
+// one-token forward takes attention's decode kernel, a wider one its tiled kernel); a prompt of 33
+// (16 + 16 + 1) likewise; two samples of one prompt whose leader prefills in a group. Each text
+// and its log-probabilities equal the request alone, and the text equals generate()'s with the same
+// prefill chunk.
+TEST_F(ServeEngineTest, MultiChunkPromptsBesideShortOnesKeepTheirSoloBits) {
+  EngineOptions o;
+  o.parallel = 8;
+  o.prefill_chunk = 16;
+  const std::vector<std::string> prompts = {"Seventeen tokens!", "abc", "Thirty-three tokens of a prompt!!",
+                                            "defgh", "ij", "klmnopq"};
+  auto job = [&](size_t i) {
+    CompletionJob j = job_of(tok_, prompts[i], 10, static_cast<uint64_t>(70 + i));
+    j.top_logprobs = 2;
+    return j;
+  };
+  ASSERT_EQ(job(0).prompt.size(), 17u);  // (the byte vocabulary: one id a byte)
+  ASSERT_EQ(job(2).prompt.size(), 33u);
+  std::vector<Result> solo, solo_second;
+  {
+    Engine one(*model_, tok_, o);
+    for (size_t i = 0; i < prompts.size(); ++i) solo.push_back(drain(*one.submit(job(i))));
+    CompletionJob second = job(3);
+    second.sampler.seed += 1;
+    solo_second.push_back(drain(*one.submit(second)));
+  }
+  for (size_t i : {0, 2}) {  // generate() with the same chunk
+    GenerateOptions g;
+    g.max_new_tokens = 10;
+    g.sampler = job(i).sampler;
+    g.prefill_chunk = 16;
+    EXPECT_EQ(solo[i].text, tok_.decode(generate(*model_, {job(i).prompt}, g)[0])) << prompts[i];
+  }
+  o.run_on_caller = true;
+  Engine engine(*model_, tok_, o);
+  std::vector<std::shared_ptr<Stream>> streams;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    if (i == 3) {
+      auto two = engine.submit_samples(job(3), 2);  // the leader and a follower
+      ASSERT_EQ(two.size(), 2u);
+      streams.push_back(two[0]);
+      streams.push_back(two[1]);
+    } else {
+      streams.push_back(engine.submit(job(i)));
+    }
+  }
+  std::thread caller([&] { engine.run(); });
+  std::vector<Result> got;
+  for (auto& st : streams) got.push_back(drain(*st));
+  const auto m = engine.metrics();
+  engine.stop();
+  caller.join();
+  std::vector<const Result*> want;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    want.push_back(&solo[i]);
+    if (i == 3) want.push_back(&solo_second[0]);
+  }
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_EQ(got[i].text, want[i]->text);
+    ASSERT_EQ(got[i].logprobs.size(), want[i]->logprobs.size());
+    for (size_t k = 0; k < got[i].logprobs.size(); ++k)
+      EXPECT_EQ(got[i].logprobs[k].logprob, want[i]->logprobs[k].logprob);  // exact
+  }
+  if (model_->row_independent_below() > 16) {
+    EXPECT_GE(m.max_prefill_batch, 2);  // (16 rows: "abc" with "defgh" and "ij", say)
+  }
+}
+
 TEST_F(ServeEngineTest, LimitsCancellationAndShutdown) {
   EngineOptions o;
   o.parallel = 1;

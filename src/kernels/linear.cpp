@@ -43,7 +43,7 @@ void add_bias(float* y, const float* b, int64_t n, int64_t out) {
 }  // namespace
 
 int64_t row_independent_below(WeightType type) {
-  if (type == WeightType::F64) return 2;  // (double products are always OpenBLAS's)
+  if (type == WeightType::F64) return 1;  // (double products are OpenBLAS's, in or out of the scope)
   if (type == WeightType::F32) {
 #if defined(__AVX512F__)
     return kOwnDenseRows;

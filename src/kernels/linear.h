@@ -84,8 +84,9 @@ void linear_forward_shared(std::initializer_list<LinearOut<T>> outs, const T* x,
 // work does not depend on how many rows share the call, for every n (and, where the one-row
 // product of a float32 weight is OpenBLAS's, one row at a time). A server's batch changes from step
 // to step; with this, a sequence's logits do not change with it. A batch of 8 or more float32 rows
-// takes a register tile of 4 weight rows x 6 (or 4) activation rows whose every sum is the one-row
-// kernel's (same order, same reduction) instead of the tiled sgemm; bench/serve.sh measures both.
+// takes register tiles of 4 weight rows x 6 activation rows (the rows past the sixes in fours to
+// ones) whose every sum is the one-row kernel's (same order, same reduction) instead of the tiled
+// sgemm, as float32 products of 8 to 127 rows do outside the scope too; bench/serve.sh measures.
 class RowIndependentProducts {
  public:
   explicit RowIndependentProducts(bool on = true);
@@ -100,10 +101,12 @@ class RowIndependentProducts {
 bool row_independent_products();
 // The row count below which a float product by a `type` weight takes, with no RowIndependentProducts
 // scope, the very kernels it takes inside one: fewer rows than this have, alone, the bits each of
-// them has in a row-independent product of any size (a server's prefill chunks of several
-// sequences in one forward then equal each chunk's forward alone, and `tformer generate`'s). With
-// AVX-512, F32: 128 (kernels/linear.cpp); without it, 2 (OpenBLAS's for more than one row); the
-// stored types: 8 (kernels/qlinear.h's few-row kernels).
+// them has in a row-independent product of any size (so a server's short prefill chunks of several
+// sequences in one forward have each chunk's products alone, and `tformer generate`'s; attention,
+// whose one-token forward takes another kernel than a wider one, is serve/engine.cpp's concern).
+// F32: 128 in a build with AVX-512 (-march=native on such a CPU; kernels/linear.cpp), 2 without
+// it (OpenBLAS's for more than one row); the stored types: 8 (kernels/qlinear.h's few-row
+// kernels); F64: 1.
 int64_t row_independent_below(WeightType type);
 
 // dx: [n, W.cols] (+=); dW: [W.rows, W.cols] (+=, dense); db: [W.rows] (+=); dy: [n, W.rows];

@@ -456,7 +456,8 @@ void dense_quad_avx512(float* y, int64_t ldy, const Weight<float>& W, int64_t o,
   for (auto& a : acc) a = _mm512_setzero_ps();
   int64_t k = 0;
   for (; k + 16 <= in; k += 16) {  // whole vectors, then the masked tail (see dense_row_avx512)
-    for (int64_t p = 0; p < pf_step && pf < pf_end; ++p, pf += 64) _mm_prefetch(pf, _MM_HINT_T1);
+    for (int64_t p = 0; p < pf_step && pf < pf_end; ++p, pf += std::min<int64_t>(64, pf_end - pf))
+      _mm_prefetch(pf, _MM_HINT_T1);
     __m512 v[4];
     for (int i = 0; i < 4; ++i) v[i] = load16<kT>(w[i], k);
     for (int j = 0; j < C; ++j) {

@@ -91,7 +91,9 @@ Engine::Engine(Model& model, const Tokenizer& tokenizer, EngineOptions options)
   never_sample_ = non_token_ids(tokenizer, c.vocab_size);
   eot_ = tokenizer.eot_id();
   slots_.resize(static_cast<size_t>(options_.parallel));
-  model_.reserve(std::max(options_.parallel, std::min(options_.prefill_chunk, options_.context)), options_.parallel);
+  // Rows: a decode step's sequences, or a prefill step's (one chunk, or several short ones).
+  model_.reserve(std::max(options_.parallel, std::min(options_.prefill_chunk, options_.parallel * options_.context)),
+                 options_.parallel);
   row_independent_below_ = model_.row_independent_below();
   if (!options_.run_on_caller) thread_ = std::thread([this] { loop(); });
 }
@@ -479,14 +481,18 @@ void Engine::step() {
   auto chunk_of = [&](const Sequence* s) {
     return std::min(options_.prefill_chunk, static_cast<int64_t>(s->job.prompt.size()) - s->prefilled);
   };
+  // One-token chunks group only with one-token chunks: attention takes its decode kernel for a
+  // forward one token wide and its tiled kernel for a wider one, whose sums differ in their last
+  // bits (flash_attention_forward), so a one-token chunk padded to a wider one would not have the
+  // bits it has alone.
   std::vector<Sequence*> group{waiting[0]};
   int64_t width = chunk_of(waiting[0]);
   if (width < row_independent_below_) {
     for (size_t i = 1; i < waiting.size(); ++i) {
       const int64_t c = chunk_of(waiting[i]);
-      if (c >= row_independent_below_) continue;
+      if (c >= row_independent_below_ || (c == 1) != (width == 1)) continue;
       const int64_t w = std::max(width, c);
-      if (static_cast<int64_t>(group.size() + 1) * w > options_.prefill_chunk) break;
+      if (static_cast<int64_t>(group.size() + 1) * w > options_.prefill_chunk) continue;  // (a shorter one may fit)
       group.push_back(waiting[i]);
       width = w;
     }

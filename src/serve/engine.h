@@ -13,18 +13,20 @@
 //      sit in the cache);
 //   3. runs one prefill step: the next chunk (at most `prefill_chunk` tokens) of the oldest
 //      request still prefilling, and, where that chunk is short (below the model's
-//      row_independent_below: 128 tokens for float32 weights with AVX-512, 8 for the stored
-//      types), the next short chunks of the requests after it, in one forward of at most
-//      `prefill_chunk` token rows; so a long prompt delays the others' decode by one chunk a step,
-//      and sixteen short prompts that arrive together prefill in one forward, not sixteen.
+//      row_independent_below: 128 tokens for float32 weights in a build with AVX-512, 8 for the
+//      stored types), the next short chunks of the requests after it (a one-token chunk only with
+//      one-token chunks), in one forward of at most `prefill_chunk` token rows; so a long prompt
+//      delays the others' decode by one chunk a step, and sixteen short prompts that arrive
+//      together prefill in one forward, not sixteen.
 //
 // Batch invariance. A sequence's logits are bit-identical whether it runs alone or beside others:
 // its prefill chunks are the same chunks however busy the server is; a long chunk runs alone, and
 // short ones together under RowIndependentProducts (kernels/linear.h), whose per-row arithmetic
 // does not depend on the batch and is, below row_independent_below rows, what a forward of the
 // chunk alone takes too; the decode forward runs under RowIndependentProducts; attention is per
-// sequence. So a greedy or seeded request returns the same tokens however busy the server is, and
-// the same tokens as `tformer generate` with the same seed and prefill chunk.
+// sequence, with the kernel the sequence's chunk takes alone (one token wide or wider: see the
+// prefill step's code). So a greedy or seeded request returns the same tokens however busy the
+// server is, and the same tokens as `tformer generate` with the same seed and prefill chunk.
 #pragma once
 
 #include <atomic>
