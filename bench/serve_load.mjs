@@ -57,6 +57,9 @@ async function one(seed) {
       const event = buf.slice(0, at);
       buf = buf.slice(at + 2);
       if (!event.startsWith("data: ") || event === "data: [DONE]") continue;
+      // Once the first text has come, only the usage chunk needs parsing (the clients share the
+      // server's cores: what they spend, the server's threads wait for).
+      if (first >= 0 && !event.includes('"usage"')) continue;
       const j = JSON.parse(event.slice(6));
       if (j.usage) tokens = j.usage.completion_tokens;
       if (first < 0 && j.choices?.[0]?.text) first = performance.now() - t0;

@@ -459,8 +459,8 @@ TEST_F(ServeEngineTest, MultiChunkPromptsBesideShortOnesKeepTheirSoloBits) {
   EngineOptions o;
   o.parallel = 8;
   o.prefill_chunk = 16;
-  const std::vector<std::string> prompts = {"Seventeen tokens!", "abc", "Thirty-three tokens of a prompt!!",
-                                            "defgh", "ij", "klmnopq"};
+  const std::vector<std::string> prompts = {
+      "Seventeen tokens!", "abc", "Thirty-three tokens of a prompt!!", "defgh", "ij", "klmnopq"};
   auto job = [&](size_t i) {
     CompletionJob j = job_of(tok_, prompts[i], 10, static_cast<uint64_t>(70 + i));
     j.top_logprobs = 2;

@@ -522,8 +522,7 @@ void Engine::step() {
       const RowIndependentProducts alone;
       model_.forward_cached(logits.data(), ids.data(), B, width, valid.data(), cache_, false, slots.data());
     }
-    for (int64_t b = 0; b < B; ++b)
-      std::copy_n(logits.data() + b * V, V, group[static_cast<size_t>(b)]->logits.data());
+    for (int64_t b = 0; b < B; ++b) std::copy_n(logits.data() + b * V, V, group[static_cast<size_t>(b)]->logits.data());
   }
   for (Sequence* sp : group) {
     Sequence& s = *sp;

@@ -122,7 +122,7 @@ struct EngineMetrics {
   uint64_t requests = 0, finished = 0, cancelled = 0, rejected = 0, failed = 0;
   uint64_t prompt_tokens = 0, completion_tokens = 0;
   int64_t queued = 0, active = 0;
-  int64_t decode_batch = 0, max_decode_batch = 0;  // sequences in the last decode forward, and the most
+  int64_t decode_batch = 0, max_decode_batch = 0;    // sequences in the last decode forward, and the most
   int64_t prefill_batch = 0, max_prefill_batch = 0;  // sequences in the last prefill forward, and the most
   Histogram ttft{{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}};
   Histogram token_latency{{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}};
@@ -183,7 +183,8 @@ class Engine {
   int64_t cache_bytes_ = 0;
   std::vector<TokenId> never_sample_;
   std::optional<TokenId> eot_;
-  int64_t row_independent_below_ = 0;  // the model's (Model::row_independent_below): prefill chunks shorter share a forward
+  // The model's row_independent_below: prefill chunks shorter than this may share a forward.
+  int64_t row_independent_below_ = 0;
 
   mutable std::mutex mu_;  // guards queue_, stopping_, metrics_
   std::condition_variable cv_;
