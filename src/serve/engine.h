@@ -185,6 +185,7 @@ class Engine {
   std::optional<TokenId> eot_;
   // The model's row_independent_below: prefill chunks shorter than this may share a forward.
   int64_t row_independent_below_ = 0;
+  std::vector<float> step_logits_;  // [parallel, vocab]: a decode or grouped prefill forward's logits
 
   mutable std::mutex mu_;  // guards queue_, stopping_, metrics_
   std::condition_variable cv_;
