@@ -468,13 +468,14 @@ TEST_F(ServeEngineTest, MultiChunkPromptsBesideShortOnesKeepTheirSoloBits) {
   };
   ASSERT_EQ(job(0).prompt.size(), 17u);  // (the byte vocabulary: one id a byte)
   ASSERT_EQ(job(2).prompt.size(), 33u);
-  std::vector<Result> solo, solo_second;
+  std::vector<Result> solo;
+  Result solo_second;
   {
     Engine one(*model_, tok_, o);
     for (size_t i = 0; i < prompts.size(); ++i) solo.push_back(drain(*one.submit(job(i))));
     CompletionJob second = job(3);
     second.sampler.seed += 1;
-    solo_second.push_back(drain(*one.submit(second)));
+    solo_second = drain(*one.submit(second));
   }
   for (size_t i : {0, 2}) {  // generate() with the same chunk
     GenerateOptions g;
@@ -505,7 +506,7 @@ TEST_F(ServeEngineTest, MultiChunkPromptsBesideShortOnesKeepTheirSoloBits) {
   std::vector<const Result*> want;
   for (size_t i = 0; i < prompts.size(); ++i) {
     want.push_back(&solo[i]);
-    if (i == 3) want.push_back(&solo_second[0]);
+    if (i == 3) want.push_back(&solo_second);
   }
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < got.size(); ++i) {
