@@ -74,6 +74,21 @@ print(f"goals: {most} clients x{med(x):.2f} of 1 (each round's own: {', '.join(f
       f"{100 * top / anchor['workload']:.0f}% of its same work (>= 90%); "
       f"TTFT at 1 client {1000 * ttft1:.1f} ms vs prefill {1000 * anchor['prefill_seconds']:.1f} ms "
       f"(x{ttft1 / anchor['prefill_seconds']:.2f}, <= 1.10)")
+def loop_line(c):  # where the server's loop and the two processes' CPU time went at level c (medians of rounds)
+    def m(f): return med([f(at[(r, c)]) for r in rounds])
+    L = lambda k: (lambda d: d["loop"][k] / d["seconds"])
+    per = lambda k, n: (lambda d: d["loop"][k] / max(1, d["loop"][n]))
+    other = lambda d: (d["loop"]["step_seconds"] - d["loop"]["sample_seconds"] - d["loop"]["decode_seconds"]
+                       - d["loop"]["prefill_seconds"]) / d["seconds"]
+    return (f"{c} clients, where the time goes (shares of the wall time, medians): the server's loop busy "
+            f"{100 * m(L('step_seconds')):.0f}%: decode forwards {100 * m(L('decode_seconds')):.0f}% "
+            f"({m(per('decode_rows', 'decode_steps')):.1f} rows, {1000 * m(per('decode_seconds', 'decode_steps')):.2f} ms a step), "
+            f"prefill forwards {100 * m(L('prefill_seconds')):.0f}% ({m(per('prefill_rows', 'prefill_steps')):.0f} rows, "
+            f"{1000 * m(per('prefill_seconds', 'prefill_steps')):.1f} ms a step), draws {100 * m(L('sample_seconds')):.0f}%, "
+            f"the rest of the step (streaming the text) {100 * m(other):.0f}%; CPU: the server "
+            f"{m(lambda d: d['server_cpu_s'] / d['seconds']):.2f} cores, the clients {m(lambda d: d['client_cpu_s'] / d['seconds']):.2f}")
+print(loop_line(one))
+print(loop_line(most))
 own = [at[(r, one)]["server_ttft_mean"] for r in rounds if at[(r, one)].get("server_ttft_mean") is not None]
 if own:
     print(f"TTFT at 1 client, where it goes: the server's own (request accepted to first token sampled, /metrics) "

@@ -13,6 +13,7 @@
 //        [--requests 4] [--prompt 32] [--max-tokens 64] [--parallel 16] [--threads 2] [--rounds 1]
 //
 // Plain fetch() and server-sent events, no client library, so that the client costs little.
+import {readFileSync} from "node:fs";
 import {startServer} from "../tools/interop/serve_lib.mjs";
 
 const args = process.argv.slice(2);
@@ -73,16 +74,31 @@ const quantile = (v, q) => {
   return s[Math.min(s.length - 1, Math.floor(q * s.length))];
 };
 
-// The server's time-to-first-token histogram: its sum and count.
-async function serverTtft() {
+// The server's counters: its time-to-first-token histogram (sum and count) and where its inference
+// loop's time goes (steps, and the phases of steps).
+const counters = ["tformer_time_to_first_token_seconds_sum", "tformer_time_to_first_token_seconds_count",
+                  "tformer_steps_total", "tformer_step_seconds_total", "tformer_sample_seconds_total",
+                  "tformer_decode_steps_total", "tformer_decode_rows_total", "tformer_decode_seconds_total",
+                  "tformer_prefill_steps_total", "tformer_prefill_rows_total", "tformer_prefill_seconds_total"];
+async function serverCounters() {
   const text = await (await fetch(`${base}/metrics`)).text();
-  const get = (name) => {
+  return Object.fromEntries(counters.map((name) => {
     const m = text.match(new RegExp(`^${name} (\\S+)$`, "m"));
     if (!m) throw new Error(`serve_load.mjs: /metrics has no ${name}`);
-    return Number(m[1]);
-  };
-  return {sum: get("tformer_time_to_first_token_seconds_sum"), count: get("tformer_time_to_first_token_seconds_count")};
+    return [name.replace(/^tformer_/, "").replace(/_total$/, ""), Number(m[1])];
+  }));
 }
+
+// CPU seconds (user + system) the server's process has used, all its threads (/proc, in ticks of
+// 10 ms), and the clients' (this process).
+const serverCpu = () => {
+  const f = readFileSync(`/proc/${child.pid}/stat`, "utf8").split(") ")[1].split(" ");
+  return (Number(f[11]) + Number(f[12])) / 100;
+};
+const clientCpu = () => {
+  const u = process.cpuUsage();
+  return (u.user + u.system) / 1e6;
+};
 
 await one(1);  // warm-up
 const trips = [];
@@ -94,9 +110,10 @@ for (let i = 0; i < 21; i++) {
 const roundTrip = quantile(trips, 0.5);
 let seed = 10;
 for (let round = 0; round < rounds; round++) for (const c of levels) {
-  const before = await serverTtft();
+  const before = await serverCounters();
   const ttfts = [];
   let tokens = 0;
+  const cpu0 = [serverCpu(), clientCpu()];
   const t0 = performance.now();
   await Promise.all(Array.from({length: c}, async () => {
     for (let r = 0; r < perClient; r++) {
@@ -106,12 +123,19 @@ for (let round = 0; round < rounds; round++) for (const c of levels) {
     }
   }));
   const wall = (performance.now() - t0) / 1000;
-  const after = await serverTtft();
+  const cpu1 = [serverCpu(), clientCpu()];
+  const after = await serverCounters();
   console.log(JSON.stringify({round, clients: c, requests: c * perClient, tokens, seconds: wall, tokens_per_s: tokens / wall,
                               ttft_p50: quantile(ttfts, 0.5), ttft_p99: quantile(ttfts, 0.99),
-                              server_ttft_mean: after.count > before.count ?  // none with --max-tokens 0
-                                (after.sum - before.sum) / (after.count - before.count) : null,
-                              health_round_trip: roundTrip}));
+                              server_ttft_mean: after.time_to_first_token_seconds_count >
+                                  before.time_to_first_token_seconds_count ?  // none with --max-tokens 0
+                                (after.time_to_first_token_seconds_sum - before.time_to_first_token_seconds_sum) /
+                                  (after.time_to_first_token_seconds_count - before.time_to_first_token_seconds_count) :
+                                null,
+                              loop: Object.fromEntries(Object.keys(after).filter((k) => !k.startsWith("time_to"))
+                                .map((k) => [k, after[k] - before[k]])),
+                              health_round_trip: roundTrip, server_cpu_s: cpu1[0] - cpu0[0],
+                              client_cpu_s: cpu1[1] - cpu0[1]}));
 }
 child.kill("SIGTERM");
 await server.exited;

@@ -447,6 +447,20 @@ TEST_F(ServeEngineTest, ShortPromptsWaitingTogetherPrefillInOneForwardWithTheirS
   } else {
     EXPECT_EQ(m.max_prefill_batch, 1);
   }
+  // The loop's own counters: every prompt token prefilled once (padding not counted); a decode row
+  // for every token drawn but each sequence's last (which ends it and is not fed back); the
+  // phases' times within the steps'.
+  uint64_t prompt_tokens = 0;
+  for (int i = 0; i < 16; ++i) prompt_tokens += job(i).prompt.size();
+  EXPECT_EQ(m.prefill_rows, prompt_tokens);
+  EXPECT_EQ(m.completion_tokens, m.decode_rows + 16);
+  EXPECT_LE(m.prefill_steps, 16u);
+  EXPECT_GE(m.steps, m.decode_steps);
+  EXPECT_GE(m.decode_steps * 16, m.decode_rows);
+  EXPECT_GT(m.decode_seconds, 0);
+  EXPECT_GT(m.prefill_seconds, 0);
+  EXPECT_GT(m.sample_seconds, 0);
+  EXPECT_GE(m.step_seconds * (1 + 1e-12), m.sample_seconds + m.decode_seconds + m.prefill_seconds);
 }
 
 // Prompts of several chunks beside short ones, all waiting when the loop starts: a 17-token prompt

@@ -246,6 +246,12 @@ TEST_F(ServeHttpTest, CompletionsTokenizeAndMetricsAnswerInOpenAIShapes) {
   EXPECT_NE(m.body.find("tformer_completion_tokens_total 18\n"), std::string::npos);
   EXPECT_NE(m.body.find("tformer_time_to_first_token_seconds_count 4\n"), std::string::npos);
   EXPECT_NE(m.body.find("tformer_token_latency_seconds_bucket{le=\"+Inf\"} 14\n"), std::string::npos);
+  // Where the loop's time went: each phase's counters are there (their values: test_serve_engine).
+  for (const char* name :
+       {"tformer_steps_total", "tformer_step_seconds_total", "tformer_sample_seconds_total",
+        "tformer_decode_steps_total", "tformer_decode_rows_total 14\n", "tformer_decode_seconds_total",
+        "tformer_prefill_steps_total", "tformer_prefill_rows_total", "tformer_prefill_seconds_total"})
+    EXPECT_NE(m.body.find(fmt::format("\n{}", name)), std::string::npos) << name;
 }
 
 TEST_F(ServeHttpTest, WidgetEndpointsAnswerWithTheKernelsNumbers) {

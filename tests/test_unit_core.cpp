@@ -3,7 +3,10 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
+#include <thread>
 #include <vector>
 
 #include "core/arena.h"
@@ -172,6 +175,54 @@ TEST(Rng, ParallelFillIndependentOfThreadCount) {
   Buffer<float> other({300, 301});
   fill_normal<float>(other.view(), 5, 10, 0.0, 0.02);
   EXPECT_NE(one.values(), other.values());
+}
+
+// parallel_for: each index runs once, whatever the pool's size and n, also where fewer threads
+// come than the pool's size (a parallel_for inside a parallel region gets a team of one, which
+// then runs the other threads' shares too).
+TEST(ParallelFor, RunsEachIndexOnce) {
+  const int saved = num_threads();
+  for (int threads : {1, 2, 3, 5}) {
+    set_num_threads(threads);
+    for (int64_t n : {0, 1, 2, 5, 16, 17, 1000, 4097}) {
+      SCOPED_TRACE(testing::Message() << threads << " threads, n " << n);
+      std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+      parallel_for(n, true, [&](int64_t i) { hits[static_cast<size_t>(i)].fetch_add(1); });
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 1) << "index " << i;
+      std::vector<std::atomic<int>> nested(static_cast<size_t>(2 * n));
+#pragma omp parallel num_threads(2)
+      {
+        const int64_t half = omp_get_thread_num();
+        parallel_for(n, true, [&](int64_t i) { nested[static_cast<size_t>(half * n + i)].fetch_add(1); });
+      }
+      for (int64_t i = 0; i < 2 * n; ++i) ASSERT_EQ(nested[static_cast<size_t>(i)].load(), 1) << "nested " << i;
+    }
+  }
+  set_num_threads(saved);
+}
+
+// A thread held up (here asleep on its first index, as a thread the system has taken off its core
+// would be) does not hold up its share: the other thread runs the rest of it.
+TEST(ParallelFor, AThreadHeldUpLeavesItsShareToTheOthers) {
+  const int saved = num_threads();
+  set_num_threads(2);
+  const int64_t n = 64;
+  std::vector<int> ran_on(static_cast<size_t>(n), -1);
+  bool slept = false;
+  parallel_for(n, true, [&](int64_t i) {
+    if (omp_get_thread_num() == 0 && !slept) {
+      slept = true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    ran_on[static_cast<size_t>(i)] = omp_get_thread_num();
+  });
+  set_num_threads(saved);
+  // Thread 0's share is [0, 32), taken from the front two indices at a time: asleep on its first
+  // pair, it leaves the other 30 to thread 1 (a static split would leave it all of them).
+  int by_other = 0;
+  for (int64_t i = 0; i < 32; ++i) by_other += ran_on[static_cast<size_t>(i)] == 1;
+  EXPECT_GE(by_other, 30);
+  for (int64_t i = 32; i < n; ++i) EXPECT_EQ(ran_on[static_cast<size_t>(i)], 1) << i;
 }
 
 }  // namespace

@@ -970,6 +970,17 @@ std::string Api::metrics_text() const {
   metric("tformer_prefill_batch", "gauge", "Sequences in the last prefill step.", static_cast<double>(m.prefill_batch));
   metric("tformer_prefill_batch_max", "gauge", "The most sequences one prefill step has held.",
          static_cast<double>(m.max_prefill_batch));
+  metric("tformer_steps_total", "counter", "Steps of the inference loop.", static_cast<double>(m.steps));
+  metric("tformer_step_seconds_total", "counter", "Time in the inference loop's steps.", m.step_seconds);
+  metric("tformer_sample_seconds_total", "counter", "Time in the steps' draws of the next tokens.", m.sample_seconds);
+  metric("tformer_decode_steps_total", "counter", "Decode forwards.", static_cast<double>(m.decode_steps));
+  metric("tformer_decode_rows_total", "counter", "Sequences summed over the decode forwards.",
+         static_cast<double>(m.decode_rows));
+  metric("tformer_decode_seconds_total", "counter", "Time in the decode forwards.", m.decode_seconds);
+  metric("tformer_prefill_steps_total", "counter", "Prefill forwards.", static_cast<double>(m.prefill_steps));
+  metric("tformer_prefill_rows_total", "counter", "Prompt tokens summed over the prefill forwards.",
+         static_cast<double>(m.prefill_rows));
+  metric("tformer_prefill_seconds_total", "counter", "Time in the prefill forwards.", m.prefill_seconds);
   histogram("tformer_time_to_first_token_seconds", "From a request's arrival to its first token.", m.ttft);
   histogram("tformer_token_latency_seconds", "Between consecutive tokens of a sequence.", m.token_latency);
   return out;

@@ -44,9 +44,12 @@ struct Engine::Sequence {
   CompletionJob job;
   std::shared_ptr<Stream> out;
   int64_t slot = 0;
-  uint64_t order = 0;     // admission order: the oldest prefills first
-  int64_t prefilled = 0;  // prompt tokens in the cache
-  std::vector<float> logits;
+  uint64_t order = 0;         // admission order: the oldest prefills first
+  int64_t prefilled = 0;      // prompt tokens in the cache
+  std::vector<float> logits;  // a prefill chunk's, alone
+  // The logits of the next draw: the sequence's own (after a prefill alone), or its row of the
+  // step's buffer (after a decode step or a grouped prefill), valid until the next step's forward.
+  float* next_logits = nullptr;
   Sampler sampler;
   StreamingDecoder decoder;
   std::string text;  // the generated text so far (whole characters)
@@ -70,6 +73,7 @@ struct Engine::Sequence {
         sampler(job.sampler),
         decoder(tok, job.prompt.back()),
         start(out->submitted) {
+    next_logits = logits.data();
     for (const auto& s : job.stop) longest_stop = std::max(longest_stop, s.size());
   }
   bool decoding() const { return prefilled == static_cast<int64_t>(job.prompt.size()); }
@@ -364,6 +368,18 @@ TokenLogprob logprobs(const float* logits, int64_t V, TokenId chosen, int top, c
 
 void Engine::step() {
   const int64_t V = model_.config().vocab_size;
+  const auto step_start = Clock::now();
+  auto seconds_since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
+  struct Counted {  // the step's own time and count, whichever way it returns
+    Engine& e;
+    Clock::time_point start;
+    ~Counted() {
+      const double t = std::chrono::duration<double>(Clock::now() - start).count();
+      std::lock_guard lock(e.mu_);
+      e.metrics_.step_seconds += t;
+      ++e.metrics_.steps;
+    }
+  } counted{*this, step_start};
   std::vector<int64_t> slots;
   std::vector<TokenId> ids;
   std::vector<Sequence*> batch;
@@ -378,12 +394,17 @@ void Engine::step() {
   // did when the draws were serial.)
   parallel_for_dynamic(n_draw, n_draw > 1, [&](int64_t d) {
     Sequence& s = *drawing[static_cast<size_t>(d)];
-    float* lg = s.logits.data();
+    float* lg = s.next_logits;
     for (const TokenId id : never_sample_)
       if (id >= 0 && id < V) lg[id] = -std::numeric_limits<float>::infinity();
     s.next = s.sampler.sample(lg, V);
     if (s.job.top_logprobs >= 0) s.pending_logprobs.push_back(logprobs(lg, V, s.next, s.job.top_logprobs, tokenizer_));
   });
+  if (n_draw > 0) {
+    const double t = seconds_since(step_start);
+    std::lock_guard lock(mu_);
+    metrics_.sample_seconds += t;
+  }
   for (auto& sp : slots_) {
     if (!sp) continue;
     Sequence& s = *sp;
@@ -461,11 +482,19 @@ void Engine::step() {
       metrics_.max_decode_batch = std::max(metrics_.max_decode_batch, k);
     }
     float* logits = step_logits_.data();  // (room for every slot, made once: 2 MB at 16 x 32000)
+    for (int64_t b = 0; b < k; ++b) batch[b]->next_logits = logits + b * V;  // read by the next step's draws
+    const auto t0 = Clock::now();
     {
       const RowIndependentProducts alone;
       model_.forward_cached(logits, ids.data(), k, 1, nullptr, cache_, false, slots.data());
     }
-    for (int64_t b = 0; b < k; ++b) std::copy_n(logits + b * V, V, batch[b]->logits.data());
+    {
+      const double t = seconds_since(t0);
+      std::lock_guard lock(mu_);
+      metrics_.decode_seconds += t;
+      ++metrics_.decode_steps;
+      metrics_.decode_rows += static_cast<uint64_t>(k);
+    }
   }
   // 3. A prefill step: the next chunk of the oldest sequence still prefilling and, where that
   //    chunk is shorter than row_independent_below_, the next chunks of the sequences admitted
@@ -503,10 +532,12 @@ void Engine::step() {
     metrics_.prefill_batch = static_cast<int64_t>(group.size());
     metrics_.max_prefill_batch = std::max(metrics_.max_prefill_batch, metrics_.prefill_batch);
   }
+  const auto prefill_start = Clock::now();
   if (group.size() == 1) {
     Sequence& s = *group[0];
     model_.forward_cached(s.logits.data(), s.job.prompt.data() + s.prefilled, 1, width, nullptr, cache_, false,
                           &s.slot);
+    s.next_logits = s.logits.data();
   } else {
     const auto B = static_cast<int64_t>(group.size());
     std::vector<TokenId> ids(static_cast<size_t>(B * width), 0);
@@ -518,12 +549,22 @@ void Engine::step() {
       valid.push_back(c);
       slots.push_back(s.slot);
     }
-    float* logits = step_logits_.data();
+    // The rows after this step's decode rows (the two sets of sequences are apart: at most
+    // `parallel` rows together).
+    TF_CHECK(static_cast<int64_t>(batch.size()) + B <= options_.parallel, "serve: step rows past the slots");
+    float* logits = step_logits_.data() + static_cast<int64_t>(batch.size()) * V;
     {
       const RowIndependentProducts alone;
       model_.forward_cached(logits, ids.data(), B, width, valid.data(), cache_, false, slots.data());
     }
-    for (int64_t b = 0; b < B; ++b) std::copy_n(logits + b * V, V, group[static_cast<size_t>(b)]->logits.data());
+    for (int64_t b = 0; b < B; ++b) group[static_cast<size_t>(b)]->next_logits = logits + b * V;
+  }
+  {
+    const double t = seconds_since(prefill_start);
+    std::lock_guard lock(mu_);
+    metrics_.prefill_seconds += t;
+    ++metrics_.prefill_steps;
+    for (const Sequence* sp : group) metrics_.prefill_rows += static_cast<uint64_t>(chunk_of(sp));
   }
   for (Sequence* sp : group) {
     Sequence& s = *sp;
@@ -532,7 +573,8 @@ void Engine::step() {
       // The other samples of the prompt: the same cache slots and logits, copied.
       for (Sequence* f : followers(s)) {
         cache_.copy_sequence(s.slot, f->slot);
-        f->logits = s.logits;
+        std::copy_n(s.next_logits, V, f->logits.data());
+        f->next_logits = f->logits.data();
         f->prefilled = static_cast<int64_t>(s.job.prompt.size());
         f->leader_slot = -1;
       }

@@ -124,6 +124,10 @@ struct EngineMetrics {
   int64_t queued = 0, active = 0;
   int64_t decode_batch = 0, max_decode_batch = 0;    // sequences in the last decode forward, and the most
   int64_t prefill_batch = 0, max_prefill_batch = 0;  // sequences in the last prefill forward, and the most
+  // Where the inference loop's time goes: its steps' phases (seconds, steps, and token rows,
+  // padding excluded), counted from the start.
+  double sample_seconds = 0, decode_seconds = 0, prefill_seconds = 0, step_seconds = 0;
+  uint64_t steps = 0, decode_steps = 0, decode_rows = 0, prefill_steps = 0, prefill_rows = 0;
   Histogram ttft{{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}};
   Histogram token_latency{{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}};
 };
