@@ -436,20 +436,20 @@ void dense_row_avx512(float* y, int64_t ldy, const Weight<float>& W, int64_t o, 
   const int64_t in = W.cols;
   const uint8_t* w = row_ptr(W, o);
   __m512 acc[C];
-  for (auto& a : acc) a = _mm512_setzero_ps();
+  unrolled<C>([&](auto j) { acc[j] = _mm512_setzero_ps(); });  // constant indices: see dense_quad_avx512
   // Whole vectors, then the masked tail, written out (a lambda for the step, too, made GCC 12
   // keep the accumulators on the stack; see load16).
   int64_t k = 0;
   for (; k + 16 <= in; k += 16) {
     const __m512 v = load16<kT>(w, k);
-    for (int j = 0; j < C; ++j) acc[j] = _mm512_fmadd_ps(v, _mm512_loadu_ps(x + j * ldx + k), acc[j]);
+    unrolled<C>([&](auto j) { acc[j] = _mm512_fmadd_ps(v, _mm512_loadu_ps(x + j * ldx + k), acc[j]); });
   }
   if (k < in) {
     const auto mk = __mmask16((1u << (in - k)) - 1);
     const __m512 v = load16_masked<kT>(w, k, mk);
-    for (int j = 0; j < C; ++j) acc[j] = _mm512_fmadd_ps(v, _mm512_maskz_loadu_ps(mk, x + j * ldx + k), acc[j]);
+    unrolled<C>([&](auto j) { acc[j] = _mm512_fmadd_ps(v, _mm512_maskz_loadu_ps(mk, x + j * ldx + k), acc[j]); });
   }
-  for (int j = 0; j < C; ++j) y[j * ldy + o] = hsum16(acc[j]);
+  unrolled<C>([&](auto j) { y[j * ldy + o] = hsum16(acc[j]); });
 }
 
 // y[j, o + i] for i < 4 weight rows and j < C activation rows: the same sums as dense_row_avx512
