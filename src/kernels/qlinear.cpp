@@ -631,7 +631,8 @@ void block_row_vnni(float* y, int64_t ldy, const Weight<float>& W, int64_t o, co
         const uint8_t* grp = wr[r] + g * kR8GroupBytes;
         dwg[r] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(grp)));
         for (int h = 0; h < 2; ++h) {
-          const __m512i v = _mm512_loadu_si512(grp + 2 * kR8 + 64 * h);
+          __m512i v = _mm512_loadu_si512(grp + 2 * kR8 + 64 * h);
+          asm("" : "+v"(v));  // loaded once: GCC 12 made it a memory operand of both the and and the shift
           lo[r][h] = _mm512_and_si512(v, low4z);
           hi[r][h] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4z);
         }
