@@ -7,6 +7,7 @@
 #include <numeric>
 #include <vector>
 
+#include "core/rng.h"
 #include "generate/generator.h"
 #include "generate/sampler.h"
 #include "test_util.h"
@@ -100,6 +101,47 @@ TEST(Sampler, UntruncatedAndTopKDrawsMatchTheDistribution) {
       EXPECT_NEAR(counts[i] / double(n), expected[i], 5 * sigma + 1e-12) << "top_k " << k << " token " << i;
     }
   }
+}
+
+// The untruncated draw walks block masses, then one block: token for token the inverse of the
+// cumulative distribution taken one probability at a time (the reference below, with the same
+// uniform numbers: the sampler's generator replayed), over a vocabulary that is no whole number
+// of blocks and has tokens of probability 0 (at block edges, and a whole block of them).
+TEST(Sampler, UntruncatedDrawIsTheInverseOfTheCumulativeDistribution) {
+  const int64_t V = 1000;
+  std::vector<float> logits(V);
+  Rng r(11);
+  for (auto& x : logits) x = static_cast<float>(2.0 * r.normal());
+  for (int64_t i : {0, 63, 64, 127, 999}) logits[static_cast<size_t>(i)] = -INFINITY;
+  for (int64_t i = 192; i < 256; ++i) logits[static_cast<size_t>(i)] = -INFINITY;
+  logits[500] = 6.0f;  // one token with much of the mass
+  const std::vector<double> p = dist({1.0, 0, 1.0, 0}, logits);
+  Sampler s({1.0, 0, 1.0, 77});
+  Rng replay(77);
+  int checked = 0;
+  std::vector<int> hits(V);
+  for (int d = 0; d < 20000; ++d) {
+    const double u = replay.uniform_double();
+    const TokenId got = s.sample(logits.data(), V);
+    ++hits[static_cast<size_t>(got)];
+    double cum = 0;
+    int64_t want = V - 1;
+    bool near_edge = false;
+    for (int64_t i = 0; i < V; ++i) {
+      cum += p[static_cast<size_t>(i)];
+      near_edge |= std::abs(u - cum) < 1e-12;
+      if (u < cum) {
+        want = i;
+        break;
+      }
+    }
+    if (near_edge) continue;  // where the two ways of summing may round apart
+    ++checked;
+    ASSERT_EQ(got, want) << "draw " << d << ", u " << u;
+  }
+  EXPECT_GT(checked, 19900);
+  for (int64_t i : {0, 63, 64, 127, 200, 255, 999}) EXPECT_EQ(hits[static_cast<size_t>(i)], 0) << "token " << i;
+  EXPECT_GT(hits[500], 20000 * p[500] * 0.9);
 }
 
 TEST(Sampler, TopPOverALargeVocabularyEqualsTheFullSort) {

@@ -52,11 +52,14 @@ class Sampler {
   SamplerConfig config_;
   Rng rng_;
   bool greedy() const;
-  void nucleus_by_histogram(int64_t vocab);  // finds the cut: boundary bucket, kept mass
-  void nucleus_candidates(int64_t vocab);    // the kept list, normalised, for distribution()
+  static constexpr int64_t kBlock = 64;                   // tokens a block of block_mass_
+  TokenId draw_in_blocks(double u, int64_t vocab) const;  // the untruncated draw (sample())
+  void nucleus_by_histogram(int64_t vocab);               // finds the cut: boundary bucket, kept mass
+  void nucleus_candidates(int64_t vocab);                 // the kept list, normalised, for distribution()
   int nucleus_boundary_ = 0;
   double nucleus_mass_ = 1;
   std::vector<double> probs_;
+  std::vector<double> block_mass_;   // [vocab / kBlock, rounded up] probs_ summed in blocks (the draw's walk)
   std::vector<double> bucket_mass_;  // [4096] top-p histogram (reused, no allocation per token)
   std::vector<uint16_t> keys_;       // [vocab] each token's bucket
   std::vector<std::pair<double, TokenId>> candidates_;
