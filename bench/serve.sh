@@ -84,8 +84,8 @@ def loop_line(c):  # where the server's loop and the two processes' CPU time wen
             f"{100 * m(L('step_seconds')):.0f}%: decode forwards {100 * m(L('decode_seconds')):.0f}% "
             f"({m(per('decode_rows', 'decode_steps')):.1f} rows, {1000 * m(per('decode_seconds', 'decode_steps')):.2f} ms a step), "
             f"prefill forwards {100 * m(L('prefill_seconds')):.0f}% ({m(per('prefill_rows', 'prefill_steps')):.0f} rows, "
-            f"{1000 * m(per('prefill_seconds', 'prefill_steps')):.1f} ms a step), draws {100 * m(L('sample_seconds')):.0f}%, "
-            f"the rest of the step (streaming the text) {100 * m(other):.0f}%; CPU: the server "
+            f"{1000 * m(per('prefill_seconds', 'prefill_steps')):.1f} ms a step), draws and their streaming {100 * m(L('sample_seconds')):.0f}%, "
+            f"the rest of the step {100 * m(other):.0f}%; CPU: the server "
             f"{m(lambda d: d['server_cpu_s'] / d['seconds']):.2f} cores, the clients {m(lambda d: d['client_cpu_s'] / d['seconds']):.2f}")
 print(loop_line(one))
 print(loop_line(most))

@@ -972,7 +972,8 @@ std::string Api::metrics_text() const {
          static_cast<double>(m.max_prefill_batch));
   metric("tformer_steps_total", "counter", "Steps of the inference loop.", static_cast<double>(m.steps));
   metric("tformer_step_seconds_total", "counter", "Time in the inference loop's steps.", m.step_seconds);
-  metric("tformer_sample_seconds_total", "counter", "Time in the steps' draws of the next tokens.", m.sample_seconds);
+  metric("tformer_sample_seconds_total", "counter",
+         "Time in the steps' draws of the next tokens and the streaming of their text.", m.sample_seconds);
   metric("tformer_decode_steps_total", "counter", "Decode forwards.", static_cast<double>(m.decode_steps));
   metric("tformer_decode_rows_total", "counter", "Sequences summed over the decode forwards.",
          static_cast<double>(m.decode_rows));

@@ -56,7 +56,8 @@ struct Engine::Sequence {
   size_t sent = 0;   // bytes of text already streamed
   size_t longest_stop = 0;
   int64_t generated = 0;
-  TokenId next = 0;  // this step's draw
+  TokenId next = 0;    // this step's draw
+  std::string finish;  // why it ends after this draw ("stop", "length"), or empty
   // Samples of one prompt: a follower waits (leader_slot >= 0) for the leader's prefill, then takes
   // copies of its cache slots and logits. leader_order tells a follower from a later occupant of
   // the same slot.
@@ -366,6 +367,61 @@ TokenLogprob logprobs(const float* logits, int64_t V, TokenId chosen, int top, c
 
 }  // namespace
 
+// The drawn token of a decoding sequence: counted, its text streamed (up to a stop string, and
+// short of what one may still cut), and the reason it ends, if it does, kept in s.finish. One
+// sequence's own state, its stream and the locked metrics only: the draws' parallel loop runs it.
+void Engine::emit(Sequence& s) {
+  const TokenId next = s.next;
+  ++s.generated;
+  s.out->completion_tokens = s.generated;
+  const auto now = Clock::now();
+  {
+    std::lock_guard lock(mu_);
+    ++metrics_.completion_tokens;
+    if (s.generated == 1) {
+      const double t = std::chrono::duration<double>(now - s.start).count();
+      metrics_.ttft.observe(t);
+      s.out->first_token_seconds = t;
+    } else {
+      metrics_.token_latency.observe(std::chrono::duration<double>(now - s.last_token).count());
+    }
+  }
+  s.last_token = now;
+  std::string reason;
+  if (eot_ && next == *eot_) {
+    s.text += s.decoder.flush();  // bytes still waiting for the rest of a character
+    reason = "stop";
+  } else {
+    s.text += s.decoder.feed(next);
+    if (s.generated == s.job.max_tokens) {
+      s.text += s.decoder.flush();
+      reason = "length";
+    }
+  }
+  // A stop string anywhere in the text not yet streamed (or straddling its start) ends it there.
+  size_t end = s.text.size();
+  if (!s.job.stop.empty()) {
+    const size_t from = s.sent >= s.longest_stop ? s.sent - s.longest_stop + 1 : 0;
+    size_t cut = std::string::npos;
+    for (const auto& st : s.job.stop) cut = std::min(cut, s.text.find(st, from));
+    if (cut != std::string::npos) {
+      end = cut;
+      reason = "stop";
+    } else if (reason.empty()) {
+      end -= held_back(s.text, s.sent, s.job.stop);
+    }
+  }
+  if (end > s.sent || (!reason.empty() && !s.pending_logprobs.empty())) {
+    Stream::Event e;
+    e.text = s.text.substr(s.sent, end - s.sent);
+    e.tokens = std::move(s.pending_logprobs);
+    s.pending_logprobs.clear();
+    s.sent = std::max(s.sent, end);
+    s.out->push(std::move(e));
+  }
+  s.finish = reason;
+}
+
 void Engine::step() {
   const int64_t V = model_.config().vocab_size;
   const auto step_start = Clock::now();
@@ -383,9 +439,10 @@ void Engine::step() {
   std::vector<int64_t> slots;
   std::vector<TokenId> ids;
   std::vector<Sequence*> batch;
-  // 1. One token for every decoding sequence; retire the finished and the cancelled. The samplers
-  // (a softmax over the vocabulary each: on the 15M model at 16 sequences a fifth of the step)
-  // run in parallel: each sequence's draw depends only on its own logits and generator.
+  // 1. One token for every decoding sequence, drawn and streamed (emit); then retire the finished
+  // and the cancelled. The draws (a softmax over the vocabulary each: on the 15M model at 16
+  // sequences a fifth of the step) and the streaming run in parallel: each sequence's draw
+  // depends only on its own logits and generator, and its text only on its own tokens.
   std::vector<Sequence*> drawing;
   for (auto& sp : slots_)
     if (sp && !sp->out->cancelled() && sp->decoding() && sp->job.max_tokens > 0) drawing.push_back(sp.get());
@@ -399,6 +456,7 @@ void Engine::step() {
       if (id >= 0 && id < V) lg[id] = -std::numeric_limits<float>::infinity();
     s.next = s.sampler.sample(lg, V);
     if (s.job.top_logprobs >= 0) s.pending_logprobs.push_back(logprobs(lg, V, s.next, s.job.top_logprobs, tokenizer_));
+    emit(s);
   });
   if (n_draw > 0) {
     const double t = seconds_since(step_start);
@@ -417,60 +475,12 @@ void Engine::step() {
       retire(sp, "length");
       continue;
     }
-    const TokenId next = s.next;
-    ++s.generated;
-    s.out->completion_tokens = s.generated;
-    const auto now = Clock::now();
-    {
-      std::lock_guard lock(mu_);
-      ++metrics_.completion_tokens;
-      if (s.generated == 1) {
-        const double t = std::chrono::duration<double>(now - s.start).count();
-        metrics_.ttft.observe(t);
-        s.out->first_token_seconds = t;
-      } else {
-        metrics_.token_latency.observe(std::chrono::duration<double>(now - s.last_token).count());
-      }
-    }
-    s.last_token = now;
-    std::string reason;
-    if (eot_ && next == *eot_) {
-      s.text += s.decoder.flush();  // bytes still waiting for the rest of a character
-      reason = "stop";
-    } else {
-      s.text += s.decoder.feed(next);
-      if (s.generated == s.job.max_tokens) {
-        s.text += s.decoder.flush();
-        reason = "length";
-      }
-    }
-    // A stop string anywhere in the text not yet streamed (or straddling its start) ends it there.
-    size_t end = s.text.size();
-    if (!s.job.stop.empty()) {
-      const size_t from = s.sent >= s.longest_stop ? s.sent - s.longest_stop + 1 : 0;
-      size_t cut = std::string::npos;
-      for (const auto& st : s.job.stop) cut = std::min(cut, s.text.find(st, from));
-      if (cut != std::string::npos) {
-        end = cut;
-        reason = "stop";
-      } else if (reason.empty()) {
-        end -= held_back(s.text, s.sent, s.job.stop);
-      }
-    }
-    if (end > s.sent || (!reason.empty() && !s.pending_logprobs.empty())) {
-      Stream::Event e;
-      e.text = s.text.substr(s.sent, end - s.sent);
-      e.tokens = std::move(s.pending_logprobs);
-      s.pending_logprobs.clear();
-      s.sent = std::max(s.sent, end);
-      s.out->push(std::move(e));
-    }
-    if (!reason.empty()) {
-      retire(sp, reason);
+    if (!s.finish.empty()) {
+      retire(sp, s.finish);
       continue;
     }
     slots.push_back(s.slot);
-    ids.push_back(next);
+    ids.push_back(s.next);
     batch.push_back(&s);
   }
   // 2. One decode forward over the sequences still decoding, each row computed as if alone.

@@ -174,6 +174,7 @@ class Engine {
   struct Sequence;
   void loop();
   void step();
+  void emit(Sequence& s);  // a drawn token: counted and streamed (run by the draws in parallel)
   void admit();
   void prune_cancelled_locked();  // drops queued samples whose client has gone (mu_ held)
   void finish(Sequence& s, const std::string& reason);
