@@ -69,7 +69,8 @@ x = ratio(most)
 top = med([at[(r, most)]["tokens_per_s"] for r in rounds])
 ttft1 = med([at[(r, one)]["ttft_p50"] for r in rounds])
 print(f"goals: {most} clients x{med(x):.2f} of 1 (each round's own: {', '.join(f'x{v:.2f}' for v in x)}; >= 6; the engine's "
-      f"own decode batches x{anchor['decode_row_independent'] / anchor['decode_batch1']:.2f} from 1 to 16 here); "
+      f"own decode batches x{anchor['decode_row_independent'] / anchor['decode_batch1']:.2f} from 1 to 16 here, its same work "
+      f"x{anchor['workload'] / anchor['decode_batch1']:.2f} its batch-1 decode); "
       f"{100 * top / anchor['decode_row_independent']:.0f}% of the engine's decode, "
       f"{100 * top / anchor['workload']:.0f}% of its same work (>= 90%); "
       f"TTFT at 1 client {1000 * ttft1:.1f} ms vs prefill {1000 * anchor['prefill_seconds']:.1f} ms "
