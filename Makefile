@@ -3,6 +3,8 @@ BUILD ?= build
 SAN_BUILD ?= build-sanitize
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
+# The seconds of make test-interop's server soak (tools/interop/serve_soak.mjs, docs/serve.md).
+SOAK_SECONDS ?= 60
 
 .PHONY: test-long fuzz all deps configure build build-tformer test test-sanitize test-tsan test-interop build-portable test-portable test-portable-kernels demo bench lint ci-full clean
 
@@ -42,7 +44,7 @@ test-interop: build-tformer
 	@bash scripts/install-interop.sh
 	@node tools/interop/llama_cpp_check.mjs --tformer $(BUILD)/tformer
 	@node tools/interop/serve_openai.mjs --tformer $(BUILD)/tformer
-	@node tools/interop/serve_soak.mjs --tformer $(BUILD)/tformer --seconds 20
+	@node tools/interop/serve_soak.mjs --tformer $(BUILD)/tformer --seconds $(SOAK_SECONDS)
 	@node tools/interop/web_page.mjs --tformer $(BUILD)/tformer
 	@/usr/bin/python3 tools/reference/gen_sentencepiece_fixtures.py --check $(BUILD)/tformer
 

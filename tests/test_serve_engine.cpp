@@ -558,8 +558,14 @@ TEST_F(ServeEngineTest, LimitsCancellationAndShutdown) {
   // The queued one is cancelled before it runs: it never runs. The running one is cancelled
   // within a step: its stream ends with an error.
   queued->cancel();
+  const uint64_t steps_at_cancel = engine->metrics().steps;  // (steps finished)
+  const int64_t tokens_at_cancel = running->completion_tokens;
   running->cancel();
   const Result r = drain(*running, std::move(first));
+  // Within one step: the step under way when it was cancelled may draw one more token; the next
+  // retires it (so at most two steps end between the cancel and its error event).
+  EXPECT_LE(engine->metrics().steps - steps_at_cancel, 2u);
+  EXPECT_LE(running->completion_tokens - tokens_at_cancel, 1);
   EXPECT_NE(r.error.find("cancelled"), std::string::npos);
   EXPECT_LT(running->completion_tokens, 60);
   for (int i = 0; i < 100 && engine->metrics().cancelled < 2; ++i)

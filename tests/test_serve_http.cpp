@@ -401,6 +401,34 @@ TEST_F(ServeHttpTest, PageFilesAttentionMapsPiecesCurvesAndTimings) {
   EXPECT_LT(rc["y_axis"]["lo"].get<double>(), 2.0);
   EXPECT_GT(rc["y_axis"]["hi"].get<double>(), 4.6);
 
+  // The run folder cannot be escaped: metrics.jsonl as a link (out of the folder, or to a copy in
+  // it) is refused, and a file that is no metrics file is refused without a byte of it in the
+  // reply; paths with .. or encoded dots reach no file at all.
+  {
+    const auto good = run / "metrics.jsonl", kept = run / "kept.jsonl", secret = run.parent_path() / "serve_secret.txt";
+    std::filesystem::rename(good, kept);
+    std::ofstream(secret) << "vsecret-contents\n";
+    for (const auto& target : {secret, kept}) {
+      std::filesystem::create_symlink(target, good);
+      const Reply r = request("GET", "/run");
+      EXPECT_EQ(r.status, 500) << target;
+      EXPECT_NE(r.body.find("link"), std::string::npos) << r.body;
+      EXPECT_EQ(r.body.find("secret-contents"), std::string::npos) << r.body;
+      std::filesystem::remove(good);
+    }
+    std::ofstream(good) << "vsecret-contents\n";
+    const Reply garbage = request("GET", "/run");
+    EXPECT_EQ(garbage.status, 500);
+    EXPECT_EQ(garbage.body.find("secret"), std::string::npos) << garbage.body;
+    EXPECT_EQ(garbage.body.find("'v'"), std::string::npos) << garbage.body;
+    std::filesystem::remove(secret);
+    std::filesystem::rename(kept, good);
+    for (const char* path : {"/web/../index.html", "/web/%2e%2e/index.html", "/%2e%2e/etc/passwd", "/run/../etc/passwd",
+                             "/web/..%2f..%2fetc%2fpasswd", "/web/%2E%2E%2Fmetrics.jsonl"})
+      EXPECT_EQ(request("GET", path).status, 404) << path;
+    EXPECT_EQ(json::parse(request("GET", "/run").body)["train"], json({{0.0, 4.5}, {100.0, 2.0}}));
+  }
+
   // Timings beside usage: as many predicted tokens as completion tokens.
   const json cj = json::parse(post("/v1/completions", {{"prompt", "ab"}, {"max_tokens", 6}, {"temperature", 0}}).body);
   EXPECT_EQ(cj["timings"]["predicted_n"], cj["usage"]["completion_tokens"]);
@@ -550,6 +578,28 @@ TEST_F(ServeHttpTest, DisconnectAtEveryStageCancelsAndTheServerKeepsServing) {
   EXPECT_EQ(post("/v1/completions", {{"prompt", "ok"}, {"max_tokens", 3}}).status, 200);
 }
 
+// A shutdown while a stream runs: its last event is the error, a 503 of type
+// server_shutting_down as the same request unstreamed would get, then [DONE].
+TEST_F(ServeHttpTest, ShutdownEndsARunningStreamWithA503Event) {
+  serve::EngineOptions eo;
+  eo.step_delay_ms = 10;  // 60 tokens take 600 ms: the shutdown comes mid-stream
+  start(eo);
+  const int fd = connect_to(server_->port());
+  const std::string body = json{{"prompt", "abc"}, {"max_tokens", 60}, {"stream", true}}.dump();
+  send_all(fd, fmt::format("POST /v1/completions HTTP/1.1\r\nContent-Length: {}\r\n\r\n{}", body.size(), body));
+  read_first_event(fd);
+  engine_->stop();
+  const std::string rest = read_all(fd);
+  ::close(fd);
+  const size_t at = rest.find("data: {\"error\"");
+  ASSERT_NE(at, std::string::npos) << rest;
+  const json e = json::parse(rest.substr(at + 6, rest.find("\n\n", at) - at - 6));
+  EXPECT_EQ(e["error"]["code"], 503);
+  EXPECT_EQ(e["error"]["type"], "server_shutting_down");
+  EXPECT_NE(e["error"]["message"].get<std::string>().find("shutting down"), std::string::npos);
+  EXPECT_NE(rest.find("data: [DONE]", at), std::string::npos) << rest;
+}
+
 TEST_F(ServeHttpTest, KeysQueueAndConnectionLimits) {
   serve::EngineOptions eo;
   eo.parallel = 1;
@@ -577,7 +627,9 @@ TEST_F(ServeHttpTest, KeysQueueAndConnectionLimits) {
   const std::string body = json{{"prompt", "abc"}, {"max_tokens", 60}, {"stream", true}}.dump();
   send_all(fd, fmt::format("POST /v1/completions HTTP/1.1\r\n{}Content-Length: {}\r\n\r\n{}", key, body.size(), body));
   read_first_event(fd);
-  EXPECT_TRUE(is_error(post("/v1/completions", {{"prompt", "x"}, {"max_tokens", 2}}, key), 503, {"busy"}));
+  const Reply busy = post("/v1/completions", {{"prompt", "x"}, {"max_tokens", 2}}, key);
+  EXPECT_TRUE(is_error(busy, 503, {"busy"}));
+  EXPECT_EQ(json::parse(busy.body)["error"]["type"], "server_busy");
   ::close(fd);
   wait_for_cancelled(1);
   // Connections: three idle ones fill the limit of 3; a fourth gets 503 at once. (Until the server
@@ -591,6 +643,7 @@ TEST_F(ServeHttpTest, KeysQueueAndConnectionLimits) {
     ::close(extra);
   }
   EXPECT_TRUE(is_error({status_of(r), body_of(r)}, 503, {"connections"}));
+  EXPECT_EQ(json::parse(body_of(r))["error"]["type"], "server_busy");
   for (int f : idle) ::close(f);
   // Once the connection threads have noticed their clients have gone (within their 200 ms poll),
   // a completion is served again: only a connection-limit 503 is waited out.
@@ -686,6 +739,107 @@ TEST_F(ServeHttpTest, ChatWithThePlainTemplate) {
       post("/v1/completions",
            {{"prompt", "user: hi\nassistant:"}, {"max_tokens", 4}, {"temperature", 0}, {"stop", "\nuser:"}});
   EXPECT_EQ(json::parse(c.body)["choices"][0]["text"], j["choices"][0]["message"]["content"]);
+}
+
+// n samples over HTTP (each choice its index, seeds seed, seed + 1, ...; streamed chunks carry their
+// index; usage sums the completions and counts the shared prompt once); top_k 1 is greedy; the
+// logprobs shapes of completions (tokens, token_logprobs, top_logprobs, text_offset) and of chat
+// (content: token, logprob, bytes, top_logprobs); /props with a model and a template.
+TEST_F(ServeHttpTest, SamplesTopKLogprobsAndProps) {
+  serve::EngineOptions eo;
+  eo.parallel = 4;
+  serve::ApiOptions ao;
+  ao.has_chat_template = true;
+  ao.model_chat_template = "{% for m in messages %}{{ m.content }}{% endfor %}";
+  start(eo, ao);
+  auto one = [&](uint64_t seed) {
+    return json::parse(post("/v1/completions", {{"prompt", "abc"}, {"max_tokens", 5}, {"seed", seed}}).body);
+  };
+  const json three =
+      json::parse(post("/v1/completions", {{"prompt", "abc"}, {"max_tokens", 5}, {"seed", 9}, {"n", 3}}).body);
+  ASSERT_EQ(three["choices"].size(), 3u);
+  int64_t completion = 0;
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(three["choices"][i]["index"], i);
+    EXPECT_EQ(three["choices"][i]["text"], one(9 + i)["choices"][0]["text"]) << i;
+    completion += one(9 + i)["usage"]["completion_tokens"].get<int64_t>();
+  }
+  EXPECT_EQ(three["usage"]["completion_tokens"], completion);
+  EXPECT_EQ(three["usage"]["prompt_tokens"], 3);
+  EXPECT_TRUE(is_error(post("/v1/completions", {{"prompt", "abc"}, {"n", 9}}), 400, {"'n'"}));
+  // Streamed: every chunk names its choice, and each choice's chunks make its text.
+  {
+    const Reply st =
+        post("/v1/completions", {{"prompt", "abc"}, {"max_tokens", 5}, {"seed", 9}, {"n", 3}, {"stream", true}});
+    std::string text[3];
+    size_t at = 0;
+    while ((at = st.body.find("data: {", at)) != std::string::npos) {
+      const size_t end = st.body.find("\n\n", at);
+      const json c = json::parse(st.body.substr(at + 6, end - at - 6));
+      for (const json& ch : c["choices"]) text[ch["index"].get<int>()] += ch["text"].get<std::string>();
+      at = end;
+    }
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(text[i], three["choices"][i]["text"]) << i;
+  }
+  // top_k 1: the most probable token every time, whatever the seed: greedy's text.
+  const json greedy =
+      json::parse(post("/v1/completions", {{"prompt", "xy"}, {"max_tokens", 6}, {"temperature", 0}}).body);
+  for (uint64_t seed : {1, 2})
+    EXPECT_EQ(json::parse(post("/v1/completions", {{"prompt", "xy"}, {"max_tokens", 6}, {"top_k", 1}, {"seed", seed}})
+                              .body)["choices"][0]["text"],
+              greedy["choices"][0]["text"]);
+  // Completions' logprobs: one entry per token, the chosen one among the top ones (greedy: the
+  // most probable), offsets the bytes before each token.
+  const json lc = json::parse(
+      post("/v1/completions", {{"prompt", "xy"}, {"max_tokens", 4}, {"temperature", 0}, {"logprobs", 2}}).body);
+  const json& l = lc["choices"][0]["logprobs"];
+  ASSERT_EQ(l["tokens"].size(), 4u);
+  ASSERT_EQ(l["token_logprobs"].size(), 4u);
+  ASSERT_EQ(l["text_offset"].size(), 4u);
+  int64_t offset = 0;
+  std::string joined;
+  for (size_t t = 0; t < 4; ++t) {
+    EXPECT_EQ(l["text_offset"][t], offset);
+    offset += static_cast<int64_t>(l["tokens"][t].get<std::string>().size());
+    joined += l["tokens"][t].get<std::string>();
+    EXPECT_LE(l["token_logprobs"][t].get<double>(), 0.0);
+    EXPECT_LE(l["top_logprobs"][t].size(), 2u);
+    double best = -INFINITY;
+    for (const auto& [tok, lp] : l["top_logprobs"][t].items()) best = std::max(best, lp.get<double>());
+    EXPECT_EQ(l["token_logprobs"][t].get<double>(), best);
+  }
+  EXPECT_EQ(joined, lc["choices"][0]["text"]);
+  // Chat's: content entries with the token's bytes and its top alternatives, most probable first.
+  const json lchat = json::parse(post("/v1/chat/completions", {{"messages", {{{"role", "user"}, {"content", "hi"}}}},
+                                                               {"max_tokens", 3},
+                                                               {"temperature", 0},
+                                                               {"logprobs", true},
+                                                               {"top_logprobs", 3}})
+                                     .body);
+  const json& content = lchat["choices"][0]["logprobs"]["content"];
+  ASSERT_EQ(content.size(), lchat["usage"]["completion_tokens"].get<size_t>());
+  for (const json& e : content) {
+    const std::string tok = e["token"];
+    std::string raw;  // the token's bytes; its text is them, or U+FFFD where they are no whole character
+    for (const json& b : e["bytes"]) raw += static_cast<char>(b.get<int>());
+    ASSERT_FALSE(raw.empty());
+    if (static_cast<unsigned char>(raw[0]) < 0x80) {
+      EXPECT_EQ(tok, raw);
+    } else {
+      EXPECT_NE(tok.find("\xEF\xBF\xBD"), std::string::npos) << tok;
+    }
+    ASSERT_EQ(e["top_logprobs"].size(), 3u);
+    EXPECT_EQ(e["top_logprobs"][0]["token"], tok);  // greedy: the chosen one is the most probable
+    EXPECT_EQ(e["top_logprobs"][0]["logprob"], e["logprob"]);
+    EXPECT_GE(e["top_logprobs"][0]["logprob"].get<double>(), e["top_logprobs"][1]["logprob"].get<double>());
+  }
+  // /props: the settings the server runs with, and the model's own template shown, not used.
+  const json props = json::parse(request("GET", "/props").body);
+  EXPECT_EQ(props["model"], "m");
+  EXPECT_EQ(props["parallel"], 4);
+  EXPECT_EQ(props["model_chat_template"], ao.model_chat_template);
+  EXPECT_EQ(props["chat_template"], ao.chat.message);
+  EXPECT_EQ(props["kv_cache_bytes"], engine_->cache_bytes());
 }
 
 }  // namespace

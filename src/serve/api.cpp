@@ -802,9 +802,12 @@ void Api::completions(const HttpRequest& req, HttpResponse& res, bool chat) {
     }
     if (res.client_gone()) return cancel_all();
   }
+  // A shutdown's error is a 503 (server_shutting_down), streamed or not; any other a 500.
+  const bool shutting_down = error.rfind("the server is shutting down", 0) == 0;
+  const ApiError failure{shutting_down ? 503 : 500, error, shutting_down ? "server_shutting_down" : "server_error"};
   if (stream) {
     if (!error.empty()) {
-      sse(error_body({500, error, "server_error"}));
+      sse(error_body(failure));
     } else if (include_usage) {
       sse({{"id", id},
            {"object", object},
@@ -818,8 +821,7 @@ void Api::completions(const HttpRequest& req, HttpResponse& res, bool chat) {
     res.end_stream();
     return;
   }
-  if (!error.empty())
-    throw ApiError{error.rfind("the server is shutting down", 0) == 0 ? 503 : 500, error, "server_error"};
+  if (!error.empty()) throw failure;
   json choices = json::array();
   for (int64_t i = 0; i < n; ++i) {
     const auto k = static_cast<size_t>(i);
@@ -890,6 +892,18 @@ json Api::run_curves() const {
     out["train"] = out["val"] = json::array();
     return out;
   }
+  // Only the run folder's own file: not a link (to anything, inside the folder or out of it), not
+  // a folder or a device, and of a size a page reads. What is wrong goes to the server's log; the
+  // client learns that the file was refused, never a byte of what it holds.
+  const auto st = std::filesystem::symlink_status(path, ec);
+  if (ec || st.type() != std::filesystem::file_type::regular)
+    throw ApiError{500,
+                   fmt::format("{} is not a regular file of the run folder (a link or a folder is not followed)", path),
+                   "server_error"};
+  constexpr uintmax_t kMaxMetricsBytes = uintmax_t{256} << 20;
+  if (const uintmax_t bytes = std::filesystem::file_size(path, ec); ec || bytes > kMaxMetricsBytes)
+    throw ApiError{500, fmt::format("{} is {} bytes, past the {} a page reads", path, bytes, kMaxMetricsBytes),
+                   "server_error"};
   // The trainer appends a record at a time: a last line without its newline is still being written.
   std::string text = read_file(path);
   text.resize(text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1);
@@ -897,7 +911,10 @@ json Api::run_curves() const {
   try {
     curves = parse_loss_curves(text, path);
   } catch (const Error& e) {
-    throw ApiError{500, e.what(), "server_error"};
+    fmt::print(stderr, "tformer serve: GET /run: {}\n", e.what());
+    throw ApiError{500,
+                   fmt::format("{} is not a metrics file tformer train writes (the server's log says where)", path),
+                   "server_error"};
   }
   json train = json::array(), val = json::array();
   for (const auto& [x, y] : curves.train) train.push_back({x, y});

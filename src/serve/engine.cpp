@@ -423,6 +423,7 @@ void Engine::emit(Sequence& s) {
 }
 
 void Engine::step() {
+  if (std::none_of(slots_.begin(), slots_.end(), [](const auto& s) { return bool(s); })) return;  // (not counted)
   const int64_t V = model_.config().vocab_size;
   const auto step_start = Clock::now();
   auto seconds_since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };

@@ -42,7 +42,10 @@ std::string_view trim(std::string_view s) {
 }
 
 std::string error_json(int status, std::string_view message) {
-  nlohmann::json j = {{"error", {{"message", message}, {"type", "invalid_request_error"}, {"code", status}}}};
+  // (The HTTP layer's own refusals: a 503 is too many connections, the rest the request's fault.)
+  nlohmann::json j = {
+      {"error",
+       {{"message", message}, {"type", status == 503 ? "server_busy" : "invalid_request_error"}, {"code", status}}}};
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 

@@ -199,6 +199,35 @@ check "serve refuses a prompt past the context (400)" grep -q '^HTTP/1.1 400' \
 kill -TERM "$serve_pid"
 wait "$serve_pid"
 check "serve exits 0 on SIGTERM" test $? -eq 0
+# --api-key-file (its trailing newline dropped) and --chat-template FILE, through the command line.
+printf 'k3y\n' > "$tmp/key.txt"
+printf '# a test template\nmessage: {role}:{content}\ngeneration: >\nstop: <\n' > "$tmp/chat.tmpl"
+"$tf" serve --model "$tmp/m.safetensors" --port 0 --context 16 --api-key-file "$tmp/key.txt" \
+  --chat-template "$tmp/chat.tmpl" > "$tmp/serve.out" 2> "$tmp/serve.err" &
+serve_pid=$!
+for _ in $(seq 100); do grep -q " on http://" "$tmp/serve.out" && break; sleep 0.1; done
+port="$(sed -n 's|.* on http://127.0.0.1:\([0-9]*\) .*|\1|p' "$tmp/serve.out")"
+http_key() {  # http_key KEY METHOD PATH [BODY]
+  local body="${4:-}"
+  exec 3<> "/dev/tcp/127.0.0.1/$port"
+  printf '%s %s HTTP/1.1\r\nConnection: close\r\nAuthorization: Bearer %s\r\nContent-Length: %s\r\n\r\n%s' \
+    "$2" "$3" "$1" "${#body}" "$body" >&3
+  cat <&3
+  exec 3<&-
+}
+check "serve --api-key-file: no key, 401" grep -q '^HTTP/1.1 401' <<< "$(http GET /v1/models)"
+check "serve --api-key-file: the file's key (newline dropped), 200" grep -q '^HTTP/1.1 200' \
+  <<< "$(http_key k3y GET /v1/models)"
+check "serve --chat-template FILE: /props shows its message line" grep -q '"chat_template":"{role}:{content}"' \
+  <<< "$(http_key k3y GET /props)"
+check "serve --chat-template FILE: chat completes" grep -q '"object":"chat.completion"' \
+  <<< "$(http_key k3y POST /v1/chat/completions '{"messages": [{"role": "user", "content": "h"}], "max_tokens": 2}')"
+kill -TERM "$serve_pid"
+wait "$serve_pid"
+check "serve exits 0 on SIGTERM (with a key and a template)" test $? -eq 0
+printf 'generation: x\n' > "$tmp/bad.tmpl"
+"$tf" serve --model "$tmp/m.safetensors" --port 0 --chat-template "$tmp/bad.tmpl" > /dev/null 2> "$tmp/err.txt"
+check "serve --chat-template FILE without a message line exits 1 naming it" grep -q "message" "$tmp/err.txt"
 "$tf" serve --model "$tmp/m.safetensors" --port 0 --context 99 > /dev/null 2> "$tmp/err.txt"
 check "serve --context beyond the model's exits 1 naming both" grep -q "context 99 is more than the model's context_length 16" "$tmp/err.txt"
 "$tf" serve --model "$tmp/m.safetensors" --port 70000 > /dev/null 2> "$tmp/err.txt"

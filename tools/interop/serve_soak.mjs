@@ -1,4 +1,5 @@
-// A bounded soak of tformer serve (`make test-interop` runs it for 20 s; SOAK_SECONDS changes it):
+// A bounded soak of tformer serve (`make test-interop` runs it for 60 s; `make test-interop
+// SOAK_SECONDS=120` or --seconds changes it):
 // 12 clients send requests back to back (streamed or not, prompts of 1 to 60 tokens, 1 to 80 new
 // tokens, random seeds) to a server with 4 slots and a queue of 8, and abandon about a third of
 // them at a random moment (AbortController: a disconnect while queued, prefilling or streaming).
@@ -13,7 +14,7 @@
 //     tokens, or an error event, or a closed connection), none that completed lacks its end, and
 //     the server exits with status 0.
 //
-//   node tools/interop/serve_soak.mjs --tformer build/tformer [--seconds 40]
+//   node tools/interop/serve_soak.mjs --tformer build/tformer [--seconds 40] (or SOAK_SECONDS in the environment)
 import {spawnSync} from "node:child_process";
 import {startServer} from "./serve_lib.mjs";
 import fs from "node:fs";
