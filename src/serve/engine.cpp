@@ -281,8 +281,7 @@ void Engine::loop() {
   for (;;) {
     {
       std::unique_lock lock(mu_);
-      auto idle = [&] { return std::none_of(slots_.begin(), slots_.end(), [](const auto& s) { return bool(s); }); };
-      cv_.wait(lock, [&] { return stopping_ || !queue_.empty() || !tasks_.empty() || !idle(); });
+      cv_.wait(lock, [&] { return stopping_ || !queue_.empty() || !tasks_.empty() || running(); });
       if (stopping_) break;
       tasks.swap(tasks_);
     }
@@ -423,7 +422,7 @@ void Engine::emit(Sequence& s) {
 }
 
 void Engine::step() {
-  if (std::none_of(slots_.begin(), slots_.end(), [](const auto& s) { return bool(s); })) return;  // (not counted)
+  if (!running()) return;  // (not counted as a step)
   const int64_t V = model_.config().vocab_size;
   const auto step_start = Clock::now();
   auto seconds_since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };

@@ -29,6 +29,7 @@
 // server is, and the same tokens as `tformer generate` with the same seed and prefill chunk.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -174,6 +175,9 @@ class Engine {
   struct Sequence;
   void loop();
   void step();
+  bool running() const {  // any sequence in a slot
+    return std::any_of(slots_.begin(), slots_.end(), [](const auto& s) { return bool(s); });
+  }
   void emit(Sequence& s);  // a drawn token: counted and streamed (run by the draws in parallel)
   void admit();
   void prune_cancelled_locked();  // drops queued samples whose client has gone (mu_ held)

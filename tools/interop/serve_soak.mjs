@@ -1,5 +1,5 @@
-// A bounded soak of tformer serve (`make test-interop` runs it for 60 s; `make test-interop
-// SOAK_SECONDS=120` or --seconds changes it):
+// A bounded soak of tformer serve (`make test-interop` runs it for 60 s, CI for 20; `make
+// test-interop SOAK_SECONDS=120` or --seconds changes it):
 // 12 clients send requests back to back (streamed or not, prompts of 1 to 60 tokens, 1 to 80 new
 // tokens, random seeds) to a server with 4 slots and a queue of 8, and abandon about a third of
 // them at a random moment (AbortController: a disconnect while queued, prefilling or streaming).
