@@ -5,6 +5,7 @@
 // the result vectors, the samplers' tables) is the same for both; anything allocated per token
 // would show up 3N times more in the longer one.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <array>
 #include <string>
@@ -12,6 +13,7 @@
 
 #include "alloc_counter.h"
 #include "core/rng.h"
+#include "core/scratch.h"
 #include "core/threads.h"
 #include "generate/generator.h"
 #include "model/model.h"
@@ -128,6 +130,68 @@ TEST(GenerateAllocations, ATokenAllocatesNothingOnOneThread) {
   const int64_t long_run = allocations_of(m, tok, prompts, 80, sampler, sink);
   set_num_threads(saved);
   EXPECT_EQ(long_run - short_run, 0);
+}
+
+// The server's step: sequences in chosen cache slots (forward_cached's `slots`), one token each.
+TEST(GenerateAllocations, AStepInChosenCacheSlotsAllocatesNothing) {
+  if (!kCountingAllocations) GTEST_SKIP() << "allocations are not counted under AddressSanitizer (it owns malloc)";
+  Model m = make_model(R"({"positions": "rope", "n_kv_heads": 2})");
+  auto cache = m.make_cache(4, 64);
+  const std::array<int64_t, 2> slots{2, 0};
+  std::vector<float> logits(2 * 256);
+  std::array<TokenId, 2> ids{7, 11};
+  for (int i = 0; i < 2; ++i) m.forward_cached(logits.data(), ids.data(), 2, 1, nullptr, cache, false, slots.data());
+  const int64_t before = g_allocations.load();
+  for (int i = 0; i < 3; ++i) m.forward_cached(logits.data(), ids.data(), 2, 1, nullptr, cache, false, slots.data());
+  EXPECT_EQ(g_allocations.load() - before, 0);
+  EXPECT_EQ(cache.length(2), 5);
+  EXPECT_EQ(cache.length(0), 5);
+  EXPECT_EQ(cache.length(1), 0);
+}
+
+// Allocations counted while only thread `who` of a two-thread region takes slot 0 of element
+// type P, `n` elements.
+template <typename P>
+int64_t allocations_when_thread_takes(int who, size_t n) {
+  int64_t counted = -1;
+  parallel_region(true, [&] {
+    if (omp_get_thread_num() != who) return;
+    const int64_t before = g_allocations.load();
+    const ScratchBuffer<P> b(0, n, typename ScratchBuffer<P>::Unfilled{});
+    counted = g_allocations.load() - before;
+    EXPECT_GE(b.size(), n);
+  });
+  return counted;
+}
+
+// parallel_for lets a thread take tasks it has never run (core/threads.h), so scratch grown on
+// one thread in a parallel region is shared with every thread at the next share_scratch_sizes()
+// (called at the start of each forward and training step): the other thread then takes the
+// same slot without allocating. Without the call it allocates (the control, on another element
+// type so that the two do not share sizes).
+TEST(GenerateAllocations, ScratchGrownOnOneThreadIsReadyOnEveryThread) {
+  if (!kCountingAllocations) GTEST_SKIP() << "allocations are not counted under AddressSanitizer (it owns malloc)";
+  enum class Unshared : uint32_t {};  // an element type of its own
+  enum class Shared : uint32_t {};    // an element type of its own
+  const int saved = num_threads();
+  set_num_threads(2);
+  parallel_region(true, [] {});  // the team exists before anything is counted
+  EXPECT_GT(allocations_when_thread_takes<Unshared>(0, 1000), 0);
+  EXPECT_GT(allocations_when_thread_takes<Unshared>(1, 1000), 0);  // thread 1 grows its own
+  EXPECT_EQ(allocations_when_thread_takes<Unshared>(1, 1000), 0);  // and keeps it
+  EXPECT_GT(allocations_when_thread_takes<Shared>(0, 1000), 0);
+  share_scratch_sizes();
+  EXPECT_EQ(allocations_when_thread_takes<Shared>(1, 1000), 0);
+  EXPECT_EQ(allocations_when_thread_takes<Shared>(0, 1000), 0);
+  EXPECT_GT(allocations_when_thread_takes<Shared>(1, 1001), 0);  // a larger size still grows
+  share_scratch_sizes();
+  EXPECT_EQ(allocations_when_thread_takes<Shared>(0, 1001), 0);
+  // A slot grown outside any parallel region is the calling thread's alone: not shared.
+  enum class CallerOnly : uint32_t {};  // an element type of its own
+  EXPECT_EQ(ScratchBuffer<CallerOnly>(0, 1000).size(), 1000u);
+  share_scratch_sizes();
+  EXPECT_GT(allocations_when_thread_takes<CallerOnly>(1, 1000), 0);
+  set_num_threads(saved);
 }
 
 // The counter counts: a vector, a C malloc and a std::string beyond its inline buffer all show.

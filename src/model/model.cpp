@@ -7,6 +7,7 @@
 
 #include "core/memory.h"
 #include "core/rng.h"
+#include "core/scratch.h"
 #include "kernels/attention.h"
 #include "kernels/flash_attention.h"
 #include "kernels/linear.h"
@@ -210,12 +211,14 @@ void BasicModel<T>::forward_cached(T* logits, const TokenId* ids, int64_t batch,
                cache.n_kv_heads() == c.n_kv_heads && cache.head_dim() == c.head_dim(),
            "forward: the KV cache was made for another model or batch");
   auto slot = [&](int64_t b) { return slots ? slots[b] : b; };
+  share_scratch_sizes();  // every thread ready for any task of the step's loops (core/scratch.h)
   if (slots) {
-    std::vector<bool> taken(static_cast<size_t>(cache.batch()), false);
+    std::vector<uint8_t>& taken = ws_.slot_taken;  // kept: no allocation per step
+    taken.assign(static_cast<size_t>(cache.batch()), 0);
     for (int64_t b = 0; b < batch; ++b) {
       TF_CHECK(slots[b] >= 0 && slots[b] < cache.batch() && !taken[static_cast<size_t>(slots[b])],
                "forward: slot {} of sequence {} is outside the cache's {} or taken twice", slots[b], b, cache.batch());
-      taken[static_cast<size_t>(slots[b])] = true;
+      taken[static_cast<size_t>(slots[b])] = 1;
     }
   }
   for (int64_t b = 0; b < batch; ++b) {

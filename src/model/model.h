@@ -113,6 +113,7 @@ class BasicModel {
     std::vector<int64_t> positions;                   // (rows) absolute positions
     std::vector<TokenId> ids;                         // (rows) padding replaced by id 0
     std::vector<int64_t> start, n_valid, kv_len;      // (batch)
+    std::vector<uint8_t> slot_taken;                  // (cache batch) forward_cached's check of `slots`
     int64_t attention_batch = 0, attention_keys = 0;  // the attention scratch is reserved for these
   };
 

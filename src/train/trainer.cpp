@@ -21,6 +21,7 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "core/rng.h"
+#include "core/scratch.h"
 #include "core/threads.h"
 #include "io/safetensors.h"
 #include "model/checkpoint.h"
@@ -287,6 +288,7 @@ void add_floats(float* x, const float* y, int64_t n) {
 }  // namespace
 
 StepResult TrainSession::step() {
+  share_scratch_sizes();  // every thread ready for any task of the step's loops (core/scratch.h)
   Arena& params = model_->params();
   zero_arena(grads_);
   const int64_t k = options_.grad_accum;
