@@ -1,8 +1,9 @@
 // Decode and prefill speed of model files in their stored weight types (kernels/qlinear.h),
 // against the memory-bandwidth bound measured in the same run: decode at batch 1 (128 tokens
 // after a one-token prompt, as llama-bench's tg128) and a 512-token prefill (llama-bench's
-// pp512). bench/quant.sh makes the stories-shaped files, runs this, and runs llama-bench on the
-// same files when LLAMA_BENCH names one.
+// pp512), the prefill also as GFLOP/s against the float32 sgemm rate of the same run (its compute
+// bound: a prefill multiplies 512 rows by each matrix, far from the bandwidth bound). bench/quant.sh makes the
+// stories-shaped files, runs this, and runs llama-bench on the same files when LLAMA_BENCH names one.
 //
 //   build/bench/bench_quant [--reps 3] [--json] FILE.gguf...
 //
@@ -44,6 +45,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_products.h"
 #include "bench_util.h"
 #include "core/threads.h"
 #include "kernels/qlinear.h"
@@ -60,69 +62,9 @@ using bench::seconds_since;
 struct Result {
   std::string file, type;
   double bytes = 0, kv_bytes = 0, decode = 0, prefill = 0, bandwidth = 0, bound = 0, fraction = 0;
-  double products = 0;  // read time over the products' time (median)
+  double products = 0;        // read time over the products' time (median)
+  double prefill_gflops = 0;  // the prefill's multiply-adds (2 FLOPs each) a second
 };
-
-// A decode step's products, in its passes: the weights of each pass (one input, one output each).
-std::vector<std::vector<const Weight<float>*>> decode_passes(const ModelParams<float>& w) {
-  std::vector<std::vector<const Weight<float>*>> passes;
-  for (const auto& l : w.layers) {
-    passes.push_back({&l.wq, &l.wk, &l.wv});
-    passes.push_back({&l.wo});
-    passes.push_back(l.w3.present() ? std::vector<const Weight<float>*>{&l.w1, &l.w3}
-                                    : std::vector<const Weight<float>*>{&l.w1});
-    passes.push_back({&l.w2});
-  }
-  passes.push_back({&w.output});
-  return passes;
-}
-
-// The median of (a plain read of the products' bytes) / (the products), over `pairs` alternations.
-double products_fraction(const ModelParams<float>& w, int64_t pairs) {
-  const auto passes = decode_passes(w);
-  int64_t width = 0, height = 0;
-  double bytes = 0;
-  for (const auto& pass : passes) {
-    int64_t rows = 0;
-    for (const Weight<float>* m : pass) {
-      width = std::max(width, m->cols);
-      rows += m->rows;
-      bytes += static_cast<double>(m->rows * weight_row_bytes(m->type, m->cols));
-    }
-    height = std::max(height, rows);
-  }
-  std::vector<float> x(static_cast<size_t>(width)), y(static_cast<size_t>(height));
-  for (size_t i = 0; i < x.size(); ++i) x[i] = 0.01f * static_cast<float>((i * 37) % 101) - 0.5f;
-  std::vector<StoredProduct> parts;
-  auto run_products = [&] {
-    const auto t0 = clock_type::now();
-    for (const auto& pass : passes) {
-      parts.clear();
-      int64_t at = 0;
-      for (const Weight<float>* m : pass) {
-        parts.push_back({y.data() + at, m});
-        at += m->rows;
-      }
-      stored_linear_shared(parts, x.data(), 1);
-    }
-    return seconds_since(t0);
-  };
-  // Windows as the steps' (run_file): kWindow products runs, the first (after a read) left out,
-  // then kWindow reads; per pair the read window's median over the products window's.
-  constexpr int kWindow = 4;
-  std::vector<double> ratio, window_products, window_reads;
-  for (int64_t p = 0; p < pairs + 1; ++p) {  // the first pair warms up
-    window_products.clear();
-    window_reads.clear();
-    for (int i = 0; i < kWindow; ++i) {
-      const double t = run_products();
-      if (i > 0) window_products.push_back(t);
-    }
-    for (int i = 0; i < kWindow; ++i) window_reads.push_back(bench::read_seconds(bytes));
-    if (p > 0) ratio.push_back(median(window_reads) / median(window_products));
-  }
-  return median(ratio);
-}
 
 Result run_file(const std::string& path, int reps) {
   LoadedModel lm = load_model(path);
@@ -189,7 +131,13 @@ Result run_file(const std::string& path, int reps) {
   res.fraction = median(fraction);
   res.bound = 1 / median(reads);
   res.prefill = median(prefill);
-  res.products = products_fraction(m.weights(), 4 * reps);
+  // FLOPs a prompt token costs: 2 per weight of the layers' matrices (the output matrix multiplies
+  // the last row only: left out) and attention's 4 d per key, over P / 2 keys on average (causal).
+  const int64_t tables = (c.tied_embeddings ? 1 : 2) * c.vocab_size * c.d_model;  // embedding, output matrix
+  const double layer_weights = static_cast<double>(m.n_params() - tables);
+  res.prefill_gflops =
+      res.prefill * (2.0 * layer_weights + 4.0 * static_cast<double>(c.n_layers * c.d_model) * (P / 2.0)) * 1e-9;
+  res.products = bench::products_fraction(m.weights(), 4 * reps);
   return res;
 }
 
@@ -231,6 +179,9 @@ int main(int argc, char** argv) {
   }
   if (files.empty()) return usage("no model file given");
   try {
+    // The compute bound a prefill is held to: the float32 matrix product's rate in the same run
+    // (an integer or bf16 product may pass it).
+    const double sgemm = bench::sgemm_gflops(std::max(reps, 5));  // 10 ms a call: 5 at least
     if (!json)
       fmt::print(
           "threads {}; {} repetitions of 128 decode steps, and {} in windows of 8 steps, plain and each followed by a "
@@ -243,15 +194,17 @@ int main(int argc, char** argv) {
         fmt::print(
             "{{\"file\": \"{}\", \"type\": \"{}\", \"bytes_per_token\": {:.0f}, \"kv_bytes_per_token\": {:.0f}, "
             "\"bandwidth_gbs\": {:.2f}, \"decode_tps\": {:.2f}, \"bound_tps\": {:.2f}, \"bound_fraction\": {:.4f}, "
-            "\"prefill_tps\": {:.2f}, \"products_fraction\": {:.4f}}}\n",
-            r.file, r.type, r.bytes, r.kv_bytes, r.bandwidth, r.decode, bound, r.fraction, r.prefill, r.products);
+            "\"prefill_tps\": {:.2f}, \"products_fraction\": {:.4f}, \"prefill_gflops\": {:.2f}, "
+            "\"sgemm_gflops\": {:.2f}}}\n",
+            r.file, r.type, r.bytes, r.kv_bytes, r.bandwidth, r.decode, bound, r.fraction, r.prefill, r.products,
+            r.prefill_gflops, sgemm);
       } else {
         fmt::print(
             "{:<28} {:>5}  {:6.1f} + {:4.1f} MB/token  decode {:8.1f} tok/s; {:3.0f}% of the bound beside its reads "
             "(bound {:.1f} tok/s, {:.1f} GB/s); the products alone {:3.0f}% of a read of their bytes  prefill 512 "
-            "{:8.1f} tok/s\n",
+            "{:8.1f} tok/s, {:.1f} GFLOP/s = {:.0f}% of sgemm's {:.1f}\n",
             f, r.type, r.bytes * 1e-6, r.kv_bytes * 1e-6, r.decode, 100 * r.fraction, bound, r.bandwidth,
-            100 * r.products, r.prefill);
+            100 * r.products, r.prefill, r.prefill_gflops, 100 * r.prefill_gflops / sgemm, sgemm);
       }
     }
   } catch (const std::exception& e) {

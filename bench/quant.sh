@@ -91,7 +91,7 @@ med = lambda rs, k: statistics.median(r[k] for r in rs)
 # the same seconds: bench/bench_quant.cpp says how); %prod: the same for the step's matrix products
 # alone (products_fraction): what the kernels reach, without the rest of the step.
 print(f"{'shape':>5} {'type':>7} {'MB/tok':>12} {'decode':>8} {'bound':>8} {'%bound':>6} {'%prod':>5} {'llama tg128':>11} {'x':>5}"
-      f" {'prefill':>8} {'llama pp512':>11} {'x':>5}  (tokens/s, medians of {len(runs) // max(1, len(keys))} rounds; GB/s)")
+      f" {'prefill':>8} {'%sgemm':>6} {'llama pp512':>11} {'x':>5}  (tokens/s, medians of {len(runs) // max(1, len(keys))} rounds; GB/s)")
 for shape, typ in keys:
     rs = [r for r in runs if (r["shape"], r["type"]) == (shape, typ)]
     dec, pre, bnd, bw = med(rs, "decode_tps"), med(rs, "prefill_tps"), med(rs, "bound_tps"), med(rs, "bandwidth_gbs")
@@ -101,6 +101,8 @@ for shape, typ in keys:
     xt = f"{dec / lt:5.2f}" if lt else "    -"
     xp = f"{pre / lp:5.2f}" if lp else "    -"
     mb = f"{rs[0]['bytes_per_token'] / 1e6:.1f} + {rs[0]['kv_bytes_per_token'] / 1e6:.1f}"
+    # The prefill's share of its compute bound: its GFLOP/s over the same round's sgemm GFLOP/s.
+    psg = statistics.median(r["prefill_gflops"] / r["sgemm_gflops"] for r in rs) if all("sgemm_gflops" in r for r in rs) else 0
     print(f"{shape:>5} {typ:>7} {mb:>12} {dec:8.1f} {bnd:8.1f} {100 * frac:5.0f}% {100 * prod:4.0f}%"
-          f" {lt:11.1f} {xt} {pre:8.1f} {lp:11.1f} {xp}  ({bw:.1f})")
+          f" {lt:11.1f} {xt} {pre:8.1f} {100 * psg:5.0f}% {lp:11.1f} {xp}  ({bw:.1f})")
 EOF

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/file_io.h"
+#include "io/gguf.h"
 #include "kernels/softmax.h"
 #include "model/checkpoint.h"
 #include "model/gguf_model.h"
@@ -38,13 +39,17 @@ struct Fixture {
 // and starcoder2 F32: llama.cpp's CPU GELU is a table of fp16 values read at fp16-rounded inputs
 // (up to 4e-3 off in the activation); measured up to 2.4e-4, bound 2e-3. F16: llama.cpp rounds the activations to
 // f16 before every matrix product, tformer multiplies the float ones; measured 9e-4. BF16: both round them to bf16
-// (kernels/qlinear.h), so only float sums' order differs: measured 1.7e-7, F32's bound.
+// (kernels/qlinear.h), so only float sums' order differs: measured 1.7e-7, F32's bound. Q8_0 and Q4_0: both
+// multiply the same blocks against activations rounded to Q8_0 blocks by the same rule, with exact integer sums
+// per block: F32's bound.
 const Fixture kFixtures[] = {
     {"llama_halves_gqa_untied", 1e-5},
     {"llama_adjacent_mqa_tied_bias", 1e-5},
     {"llama_halves_mha_tied", 1e-5},
     {"llama_halves_gqa_f16", 5e-3},
     {"llama_halves_gqa_bf16", 1e-5},
+    {"llama_halves_gqa_q8_0", 1e-5},
+    {"llama_halves_gqa_q4_0", 1e-5},
     {"gpt2_learned_tied", 2e-3},
     {"gpt2_sinusoidal_gqa_untied_nobias", 2e-3},
     {"gpt2_learned_erf_f16", 5e-3},
@@ -117,6 +122,47 @@ TEST_P(LlamaCpp, ProbabilitiesGreedyTokensAndTheExportAgree) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, LlamaCpp, ::testing::ValuesIn(kFixtures),
                          [](const auto& info) { return info.param.name; });
+
+// Files quantized by llama.cpp's own `llama-quantize --pure` (tests/fixtures/gguf_llama_quantize,
+// written by tools/reference/gen_llama_quantize_fixtures.sh from the F32 fixture above): tformer
+// reads an outside writer's BF16, Q8_0 and Q4_0 files, every tensor is byte-identical to tformer's
+// quantization of the same F32 file (norms F32, every matrix in the type), and the model computes
+// the same logits, bit for bit, as tformer's own file.
+TEST(LlamaQuantize, OutsideQuantizedFilesAreTformersOwnQuantization) {
+  const std::string f32 = std::string(kDir) + "/llama_halves_gqa_untied.gguf";
+  LoadedModel original = load_model(f32);
+  test::TempDir tmp;
+  for (const char* type : {"bf16", "q8_0", "q4_0"}) {
+    SCOPED_TRACE(type);
+    const std::string theirs = std::string("fixtures/gguf_llama_quantize/llama_halves_gqa_untied.") + type + ".gguf";
+    const std::string ours = (tmp.path() / (std::string(type) + ".gguf")).string();
+    export_gguf(ours, *original.model, *original.tokenizer, original.chat_template, parse_gguf_export_type(type));
+    const GgufFile a = GgufFile::open(theirs), b = GgufFile::open(ours);
+    ASSERT_EQ(a.tensors().size(), b.tensors().size());
+    int quantized = 0;
+    for (const GgufTensor& t : a.tensors()) {
+      const GgufTensor& u = b.tensor(t.name);
+      EXPECT_EQ(t.type, u.type) << t.name;
+      EXPECT_EQ(t.ne, u.ne) << t.name;
+      ASSERT_EQ(t.nbytes, u.nbytes) << t.name;
+      std::vector<uint8_t> x(t.nbytes), y(u.nbytes);
+      a.read_bytes(t, x.data(), t.nbytes);
+      b.read_bytes(u, y.data(), u.nbytes);
+      EXPECT_TRUE(x == y) << t.name << ": llama-quantize's bytes differ from tformer's";
+      quantized += t.ne.size() == 2 && t.type != 0;  // 0: F32
+    }
+    EXPECT_EQ(quantized, 16) << "token_embd, output and 7 matrices in each of 2 layers";
+    LoadedModel outside = load_model(theirs), own = load_model(ours);
+    const std::vector<TokenId> ids{3, 141, 59, 26, 5, 35, 89, 79, 32, 38, 46, 26, 4};
+    const int64_t T = static_cast<int64_t>(ids.size()), V = outside.model->config().vocab_size;
+    std::vector<float> p(static_cast<size_t>(T * V)), q(p.size()), r(p.size());
+    outside.model->forward(p.data(), ids.data(), 1, T);
+    own.model->forward(q.data(), ids.data(), 1, T);
+    original.model->forward(r.data(), ids.data(), 1, T);
+    EXPECT_TRUE(p == q) << "the same blocks give the same logits";
+    EXPECT_FALSE(p == r) << "the quantized model differs from the F32 one";
+  }
+}
 
 // llama.cpp's tokenization of each exported vocabulary (300 varied texts; a corpus alphabet: 300
 // slices of its corpus) equals tformer's. The vocabularies: the 256 bytes, GPT-2's (from

@@ -8,6 +8,8 @@
 #     the chat template through import, export and fine-tuning;
 #   * a vocabulary with a BOS: eval puts it before every window and scores every token (the loss
 #     recomputed from `logits`), generate before the prompt;
+#   * tformer quantize from a model file and from a GGUF file (F32, or already quantized: the same
+#     bytes), every --model command reading the result;
 #   * tformer convert --kv-heads: a smaller KV cache, the identity at the model's own count, errors;
 #   * errors: an unknown --type, --format or --from, a config no llama.cpp architecture computes (named,
 #     and no output file left behind).
@@ -71,6 +73,18 @@ done
 check "q4_0 is smaller than q8_0, smaller than bf16" \
   test "$(stat -c %s "$tmp/q-q4_0.gguf")" -lt "$(stat -c %s "$tmp/q-q8_0.gguf")" -a \
        "$(stat -c %s "$tmp/q-q8_0.gguf")" -lt "$(stat -c %s "$tmp/q-bf16.gguf")"
+# From a GGUF file: the F32 export of the same model quantizes to the same bytes as the model file,
+# and a Q8_0 or Q4_0 file quantized again to its own type is unchanged (ggml's rounding is
+# idempotent: a block's largest magnitude is d q with |q| the largest code, so d comes back).
+for ty in q8_0 q4_0 bf16; do
+  "$tf" quantize --model "$tmp/llama.gguf" --type "$ty" --out "$tmp/g-$ty.gguf" > /dev/null 2>&1
+  check "quantize --type $ty from the F32 GGUF: the same file as from the model file" cmp -s "$tmp/g-$ty.gguf" "$tmp/q-$ty.gguf"
+  "$tf" quantize --model "$tmp/q-$ty.gguf" --type "$ty" --out "$tmp/r-$ty.gguf" > /dev/null 2>&1
+  check "quantize --type $ty of a $ty GGUF: unchanged" cmp -s "$tmp/r-$ty.gguf" "$tmp/q-$ty.gguf"
+done
+"$tf" export --model "$tmp/q-q8_0.gguf" --type q4_0 --out "$tmp/e-q4_0.gguf" > /dev/null 2>&1
+"$tf" logits --model "$tmp/e-q4_0.gguf" --tokens "1 5 2" --chunk 1 --out "$tmp/e-q4_0.bin" > /dev/null 2>&1
+check "export --type q4_0 of a Q8_0 GGUF reads back" test -s "$tmp/e-q4_0.bin"
 "$tf" quantize --model "$st" --type q4_1 --out "$tmp/q-bad.gguf" > /dev/null 2> "$tmp/err.txt"
 check "quantize --type q4_1 is refused" test $? -ne 0 -a ! -e "$tmp/q-bad.gguf"
 check "... naming the choices" grep -q "bf16,q8_0,q4_0" "$tmp/err.txt"
