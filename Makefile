@@ -109,10 +109,10 @@ lint: configure
 	@bash scripts/lint.sh $(BUILD) $(JOBS)
 
 # Everything CI runs (.ci/run: format, test, the portable kernel tests, test-interop with the web
-# page in headless Chromium, the demo) plus the slow checks it leaves out: clang-tidy on every
-# translation unit, every test under ASan and UBSan, the server's tests under ThreadSanitizer,
+# page in headless Chromium, the server's tests under ThreadSanitizer, the demo) plus the slow
+# checks it leaves out: clang-tidy on every translation unit, every test under ASan and UBSan,
 # every test on the portable build, the 50-kill loop, and every fuzz target for 15 s.
-ci-full: lint test-sanitize test-tsan test-portable test-long
+ci-full: lint test-sanitize test-portable test-long
 	@FUZZ_SECONDS=15 $(MAKE) --no-print-directory fuzz
 	@bash .ci/run
 
