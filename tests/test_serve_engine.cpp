@@ -254,11 +254,16 @@ TEST_F(ServeEngineTest, SameTokensAndLogprobsAloneOrBesideFifteenOthers) {
   const Result a = drain(*alone);
   ASSERT_EQ(a.logprobs.size(), 30u);
   std::vector<std::shared_ptr<Stream>> others;
-  for (int i = 0; i < 15; ++i) {
-    if (i == 7) others.push_back(engine.submit(probe()));
-    others.push_back(engine.submit(
-        job_of(tok_, std::string(static_cast<size_t>(1 + 2 * i), char('a' + i)), 50 + i, static_cast<uint64_t>(i))));
-  }
+  // Submitted between two steps of the loop (on its thread), so that all sixteen wait together:
+  // from this thread a step could come between two submissions, and under load (ctest -j2 on two
+  // cores) the first ones then finished before the last began (max_decode_batch 15).
+  engine.run_on_loop([&](Model&) {
+    for (int i = 0; i < 15; ++i) {
+      if (i == 7) others.push_back(engine.submit(probe()));
+      others.push_back(engine.submit(
+          job_of(tok_, std::string(static_cast<size_t>(1 + 2 * i), char('a' + i)), 50 + i, static_cast<uint64_t>(i))));
+    }
+  });
   std::vector<Result> results;
   for (auto& s : others) {
     ASSERT_TRUE(s);

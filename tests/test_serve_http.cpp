@@ -463,6 +463,47 @@ TEST_F(ServeHttpTest, PageFilesAttentionMapsPiecesCurvesAndTimings) {
   std::filesystem::remove_all(run);
 }
 
+// --host takes IPv6 addresses as well: a server on ::1 answers over IPv6 (skipped where the
+// machine has no IPv6 loopback).
+TEST(ServeHttpIpv6, AServerOnTheIpv6LoopbackAnswers) {
+  const int probe = ::socket(AF_INET6, SOCK_STREAM, 0);
+  sockaddr_in6 a{};
+  a.sin6_family = AF_INET6;
+  a.sin6_addr = in6addr_loopback;
+  const bool ipv6 = probe >= 0 && ::bind(probe, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+  if (probe >= 0) ::close(probe);
+  if (!ipv6) GTEST_SKIP() << "no IPv6 loopback here";
+  serve::HttpServer server("::1", 0, {}, [](const serve::HttpRequest& q, serve::HttpResponse& r) {
+    r.send(200, "text/plain", "ipv6 " + q.path);
+  });
+  std::thread t([&] { server.run(); });
+  const int fd = ::socket(AF_INET6, SOCK_STREAM, 0);
+  a.sin6_port = htons(static_cast<uint16_t>(server.port()));
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  send_all(fd, "GET /health HTTP/1.1\r\nConnection: close\r\n\r\n");
+  const std::string r = read_all(fd);
+  ::close(fd);
+  server.stop();
+  t.join();
+  EXPECT_EQ(status_of(r), 200);
+  EXPECT_EQ(body_of(r), "ipv6 /health");
+}
+
+// A body that stops short of its Content-Length: 408 once the body time is up (the headers came
+// in time), and the server serves the next client.
+TEST_F(ServeHttpTest, ABodyThatStopsShortTimesOut) {
+  serve::HttpLimits limits;
+  limits.body_timeout_ms = 500;
+  start({}, {}, limits);
+  const int fd = connect_to(server_->port());
+  send_all(fd, "POST /tokenize HTTP/1.1\r\nContent-Length: 40\r\n\r\n{\"content\": ");
+  const std::string r = read_all(fd);
+  ::close(fd);
+  EXPECT_EQ(status_of(r), 408) << r;
+  EXPECT_NE(body_of(r).find("the body did not arrive in time"), std::string::npos) << body_of(r);
+  EXPECT_EQ(request("GET", "/health", "").status, 200);
+}
+
 TEST_F(ServeHttpTest, LimitsOnBodyLineHeadersAndTime) {
   serve::HttpLimits limits;
   limits.max_body = 4096;

@@ -100,9 +100,9 @@ void run_serve(const ServeArgs& a) {
   serve::Api handler(engine, *lm.tokenizer, api);
   serve::HttpServer server(a.host, a.port, limits,
                            [&](const serve::HttpRequest& req, serve::HttpResponse& res) { handler.handle(req, res); });
-  fmt::print("tformer serve: {} on http://{}{}{}:{} ({} slots of {} tokens, KV cache {:.1f} MiB)\n", api.model_id,
-             v6 ? "[" : "", a.host, v6 ? "]" : "", server.port(), eo.parallel, engine.context(),
-             static_cast<double>(engine.cache_bytes()) / (1 << 20));
+  fmt::print("tformer serve: {} on http://{}{}{}:{} ({} slots of {} tokens, KV cache {:.1f} MiB, {} thread{})\n",
+             api.model_id, v6 ? "[" : "", a.host, v6 ? "]" : "", server.port(), eo.parallel, engine.context(),
+             static_cast<double>(engine.cache_bytes()) / (1 << 20), num_threads(), num_threads() == 1 ? "" : "s");
   std::fflush(stdout);
   std::atomic<bool> ended{false};
   std::thread waiter([&] {

@@ -196,9 +196,23 @@ check "serve /v1/completions" grep -q '"finish_reason":"length"' \
   <<< "$(http POST /v1/completions '{"prompt": "hi", "max_tokens": 4, "temperature": 0}')"
 check "serve refuses a prompt past the context (400)" grep -q '^HTTP/1.1 400' \
   <<< "$(http POST /v1/completions '{"prompt": "hi", "max_tokens": 40}')"
+greedy='{"prompt": "hi", "max_tokens": 6, "temperature": 0}'
+text_of() { sed -n 's/.*"text":"\([^"]*\)".*/\1/p'; }
+two="$(http POST /v1/completions "$greedy" | text_of)"
 kill -TERM "$serve_pid"
 wait "$serve_pid"
 check "serve exits 0 on SIGTERM" test $? -eq 0
+# --threads 1: the ready line says so, and the same greedy text comes back (a sequence's logits do
+# not depend on how many threads compute them).
+"$tf" serve --model "$tmp/m.safetensors" --port 0 --threads 1 > "$tmp/serve.out" 2> "$tmp/serve.err" &
+serve_pid=$!
+for _ in $(seq 100); do grep -q " on http://" "$tmp/serve.out" && break; sleep 0.1; done
+port="$(sed -n 's|.* on http://127.0.0.1:\([0-9]*\) .*|\1|p' "$tmp/serve.out")"
+check "serve --threads 1: the ready line names one thread" grep -q ', 1 thread)$' "$tmp/serve.out"
+one="$(http POST /v1/completions "$greedy" | text_of)"
+check "serve --threads 1: the same greedy text as on all threads" test -n "$one" -a "$one" = "$two"
+kill -TERM "$serve_pid"
+wait "$serve_pid"
 # --api-key-file (its trailing newline dropped) and --chat-template FILE, through the command line.
 printf 'k3y\n' > "$tmp/key.txt"
 printf '# a test template\nmessage: {role}:{content}\ngeneration: >\nstop: <\n' > "$tmp/chat.tmpl"
