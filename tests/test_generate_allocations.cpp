@@ -9,6 +9,7 @@
 
 #include <array>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "alloc_counter.h"
@@ -191,6 +192,30 @@ TEST(GenerateAllocations, ScratchGrownOnOneThreadIsReadyOnEveryThread) {
   EXPECT_EQ(ScratchBuffer<CallerOnly>(0, 1000).size(), 1000u);
   share_scratch_sizes();
   EXPECT_GT(allocations_when_thread_takes<CallerOnly>(1, 1000), 0);
+  set_num_threads(saved);
+}
+
+// Each thread that opens parallel regions has a pool of its own (the server's loop thread beside
+// the main thread): the sizes reach a second pool's threads when that thread shares them, though
+// the first pool shared the same sizes already.
+TEST(GenerateAllocations, ScratchSizesReachEveryPool) {
+  if (!kCountingAllocations) GTEST_SKIP() << "allocations are not counted under AddressSanitizer (it owns malloc)";
+  enum class Pooled : uint32_t {};  // an element type of its own
+  const int saved = num_threads();
+  set_num_threads(2);
+  parallel_region(true, [] {});
+  EXPECT_GT(allocations_when_thread_takes<Pooled>(0, 1000), 0);
+  share_scratch_sizes();
+  EXPECT_EQ(allocations_when_thread_takes<Pooled>(1, 1000), 0);
+  int64_t other_pool = -1;
+  std::thread t([&] {
+    omp_set_num_threads(2);
+    parallel_region(true, [] {});  // this thread's pool exists before anything is counted
+    share_scratch_sizes();
+    other_pool = allocations_when_thread_takes<Pooled>(1, 1000);
+  });
+  t.join();
+  EXPECT_EQ(other_pool, 0);
   set_num_threads(saved);
 }
 

@@ -43,9 +43,9 @@ struct Registry {
 Registry& registry();
 }  // namespace scratch_detail
 
-// Grows every pool thread's scratch slots to the largest size any thread has asked for in a
-// parallel region (forking the pool once), when one has grown since the last call; else returns
-// at once. Call it only where no ScratchBuffer is live on any thread.
+// Grows every thread of the calling thread's pool to the largest size any thread has asked of
+// each slot in a parallel region (forking the pool once), when one has grown since this thread's
+// last call; else returns at once. Call it only where no ScratchBuffer is live on any thread.
 void share_scratch_sizes();
 
 template <typename T>
