@@ -161,7 +161,7 @@ TEST(StoredLinear, ReferenceOfHandWorkedBlocks) {
   for (int j = 0; j < 16; ++j) {
     b4->qs[j] = static_cast<uint8_t>(j | ((15 - j) << 4));
     dot += (j - 8) * static_cast<int64_t>(x[static_cast<size_t>(j)]) +
-           (7 - j) * static_cast<int64_t>(x[static_cast<size_t>(j + 16)]);
+           (7 - j) * static_cast<int64_t>(x[static_cast<size_t>(j) + 16]);
   }
   stored_linear_reference(&y, x.data(), {WeightType::Q4_0, q4.data(), 1, 32}, 1);
   EXPECT_EQ(y, 0.25f * static_cast<float>(dot));
@@ -189,9 +189,9 @@ TEST(StoredLinear, RegroupedBlocksOfHandWorkedValues) {
       uint8_t* blk = ggml.data() + block_bytes * static_cast<size_t>(b);
       std::memcpy(blk, &dh, 2);
       for (int j = 0; j < 32; ++j)
-        x[static_cast<size_t>(32 * b + j)] =
+        x[static_cast<size_t>(32 * b) + static_cast<size_t>(j)] =
             static_cast<float>(j == (b * 5) % 32 ? (b % 2 ? -127 : 127) : (j * 7 + b * 13) % 41 - 20);
-      auto xv = [&](int j) { return static_cast<int64_t>(x[static_cast<size_t>(32 * b + j)]); };
+      auto xv = [&](int j) { return static_cast<int64_t>(x[static_cast<size_t>(32 * b) + static_cast<size_t>(j)]); };
       int64_t dot = 0;
       if (q8) {
         for (int j = 0; j < 32; ++j) {

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -89,6 +90,15 @@ struct Reply {
 };
 
 class ServeHttpTest : public ::testing::Test {
+ public:
+  ~ServeHttpTest() override {
+    if (server_) {
+      engine_->stop();
+      server_->stop();
+      thread_.join();
+    }
+  }
+
  protected:
   void start(serve::EngineOptions eo = {}, serve::ApiOptions ao = {}, serve::HttpLimits limits = {}) {
     model_ = test::random_model(test::small_config(R"({"context_length": 64, "d_model": 32, "d_ff": 48})"), 3);
@@ -98,13 +108,6 @@ class ServeHttpTest : public ::testing::Test {
     server_ = std::make_unique<serve::HttpServer>(
         "127.0.0.1", 0, limits, [this](const serve::HttpRequest& q, serve::HttpResponse& r) { api_->handle(q, r); });
     thread_ = std::thread([this] { server_->run(); });
-  }
-  ~ServeHttpTest() override {
-    if (server_) {
-      engine_->stop();
-      server_->stop();
-      thread_.join();
-    }
   }
   // One request on its own connection (Connection: close).
   Reply request(const std::string& method, const std::string& path, const std::string& body = "",
@@ -845,7 +848,7 @@ TEST_F(ServeHttpTest, SamplesTopKLogprobsAndProps) {
     joined += l["tokens"][t].get<std::string>();
     EXPECT_LE(l["token_logprobs"][t].get<double>(), 0.0);
     EXPECT_LE(l["top_logprobs"][t].size(), 2u);
-    double best = -INFINITY;
+    double best = -std::numeric_limits<double>::infinity();
     for (const auto& [tok, lp] : l["top_logprobs"][t].items()) best = std::max(best, lp.get<double>());
     EXPECT_EQ(l["token_logprobs"][t].get<double>(), best);
   }

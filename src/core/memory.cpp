@@ -43,7 +43,8 @@ void advise_huge_pages(void* p, std::size_t bytes) {
   constexpr std::uintptr_t kHuge = std::uintptr_t{2} << 20;
   const auto begin = reinterpret_cast<std::uintptr_t>(p), end = begin + bytes;
   const std::uintptr_t first = (begin + kHuge - 1) / kHuge * kHuge, last = end / kHuge * kHuge;
-  if (p != nullptr && last > first) (void)::madvise(reinterpret_cast<void*>(first), last - first, MADV_HUGEPAGE);
+  if (p != nullptr && last > first)
+    (void)::madvise(static_cast<char*>(p) + (first - begin), last - first, MADV_HUGEPAGE);
 #else
   (void)p;
   (void)bytes;

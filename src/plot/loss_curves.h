@@ -28,8 +28,8 @@ struct LossCurves {
 
 // Reads a metrics.jsonl file; errors name the file and line ("m.jsonl:3: not valid JSON: ...").
 LossCurves read_loss_curves(const std::string& metrics_path);
-// The same from the file's text (`name` for the errors).
-LossCurves parse_loss_curves(std::string_view text, const std::string& name);
+// The same from the file's text (`metrics_path` names it in the errors).
+LossCurves parse_loss_curves(std::string_view text, const std::string& metrics_path);
 
 // An axis as the plot draws it: ticks at a "nice" step (1, 2 or 5 times a power of ten; at least 1
 // when `integer`) near (hi - lo) / target, from the first multiple of the step at or above lo to hi,

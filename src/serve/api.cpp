@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <span>
@@ -821,7 +822,7 @@ void Api::completions(const HttpRequest& req, HttpResponse& res, bool chat) {
     res.end_stream();
     return;
   }
-  if (!error.empty()) throw failure;
+  if (!error.empty()) throw ApiError(failure);
   json choices = json::array();
   for (int64_t i = 0; i < n; ++i) {
     const auto k = static_cast<size_t>(i);
@@ -923,7 +924,8 @@ json Api::run_curves() const {
   out["val"] = val;
   if (curves.train.empty() && curves.val.empty()) return out;
   // The axes as `tformer plot` draws them: the steps, and the losses with 5% to spare.
-  double x_lo = INFINITY, x_hi = -INFINITY, y_lo = INFINITY, y_hi = -INFINITY;
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  double x_lo = kInf, x_hi = -kInf, y_lo = kInf, y_hi = -kInf;
   for (const auto* series : {&curves.train, &curves.val})
     for (const auto& [x, y] : *series) {
       x_lo = std::min(x_lo, x);

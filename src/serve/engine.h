@@ -182,7 +182,7 @@ class Engine {
   void admit();
   void prune_cancelled_locked();  // drops queued samples whose client has gone (mu_ held)
   void finish(Sequence& s, const std::string& reason);
-  void retire(std::unique_ptr<Sequence>& slot, const std::string& reason);  // finish and free
+  void retire(std::unique_ptr<Sequence>& sp, const std::string& reason);  // finish and free
   std::vector<Sequence*> followers(const Sequence& leader);
 
   Model& model_;
