@@ -33,6 +33,18 @@ void* limited_alloc(size_t n) {
 
 void* operator new(size_t n) { return limited_alloc(n); }
 void* operator new[](size_t n) { return limited_alloc(n); }
+// The nothrow forms too (std::stable_sort's buffer): else they stay the runtime's, and their
+// memory reaches the free() below, which AddressSanitizer reports as a mismatch.
+void* operator new(size_t n, const std::nothrow_t&) noexcept {
+  try {
+    return limited_alloc(n);
+  } catch (const std::bad_alloc&) {
+    return nullptr;
+  }
+}
+void* operator new[](size_t n, const std::nothrow_t& t) noexcept { return operator new(n, t); }
+void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
 void operator delete(void* p) noexcept { std::free(p); }
 void operator delete[](void* p) noexcept { std::free(p); }
 void operator delete(void* p, size_t) noexcept { std::free(p); }
