@@ -72,9 +72,9 @@ Result run_file(const std::string& path, int reps) {
   const ModelConfig& c = m.config();
   Result res;
   res.file = path;
-  // The file's type: the kernels keep Q8_0 and Q4_0 regrouped ("q8_0_r8", kernels/qlinear.h).
+  // The file's type: the kernels keep Q8_0 and Q4_0 interleaved ("q8_0_x16", kernels/qlinear.h).
   res.type = weight_type_name(m.weights().layers.at(0).wq.type);
-  if (res.type.ends_with("_r8")) res.type.resize(res.type.size() - 3);
+  if (res.type.ends_with("_x16")) res.type.resize(res.type.size() - 4);
   res.bytes = m.weight_bytes_per_token();
   const int64_t V = c.vocab_size, P = std::min<int64_t>(512, c.context_length);
   constexpr int64_t steps = 128;

@@ -53,6 +53,29 @@ std::vector<uint8_t> regroup_by_eight(const std::vector<uint8_t>& ggml, int64_t 
   return out;
 }
 
+// ggml's blocks interleaved as Q4_0_X16 / Q8_0_X16 are laid out, written here from the layout's
+// description (kernels/qlinear.h), apart from repack_weight: per whole group of sixteen rows, per
+// block b, the sixteen rows' scales of block b in row order, then their values in rounds of four
+// bytes, round k taking bytes 4k..4k + 3 of each row's block b in row order. The rows past the
+// last whole group each as a lone row is kept: regrouped by eight (Q4_0; Q8_0 wider than 512
+// values) or as they were.
+std::vector<uint8_t> interleave_by_sixteen(const std::vector<uint8_t>& ggml, int64_t rows, int64_t cols, size_t block) {
+  std::vector<uint8_t> out;
+  const int64_t nb = cols / 32, whole = rows / 16 * 16;
+  auto at = [&](int64_t r, int64_t b) { return ggml.data() + static_cast<size_t>(r * nb + b) * block; };
+  for (int64_t g = 0; g < whole; g += 16)
+    for (int64_t b = 0; b < nb; ++b) {
+      for (int64_t r = g; r < g + 16; ++r) out.insert(out.end(), at(r, b), at(r, b) + 2);
+      for (int64_t round = 0; round < static_cast<int64_t>(block - 2) / 4; ++round)
+        for (int64_t r = g; r < g + 16; ++r) out.insert(out.end(), at(r, b) + 2 + 4 * round, at(r, b) + 6 + 4 * round);
+    }
+  const std::vector<uint8_t> rest(at(whole, 0), ggml.data() + ggml.size());
+  const bool regroup = block == sizeof(BlockQ4_0) || cols > 512;
+  const std::vector<uint8_t> tail = regroup ? regroup_by_eight(rest, rows - whole, cols, block) : rest;
+  out.insert(out.end(), tail.begin(), tail.end());
+  return out;
+}
+
 StoredWeight make_weight(WeightType type, int64_t rows, int64_t cols, uint64_t seed) {
   Rng rng(seed);
   std::vector<float> w(static_cast<size_t>(rows * cols));
@@ -77,14 +100,18 @@ StoredWeight make_weight(WeightType type, int64_t rows, int64_t cols, uint64_t s
       quantize_row_bf16(w, std::span<uint16_t>(reinterpret_cast<uint16_t*>(s.bytes.data()), n));
       break;
     case WeightType::Q8_0:
-    case WeightType::Q8_0_R8:  // ggml's blocks, then regrouped as the kernels keep them
+    case WeightType::Q8_0_R8:  // ggml's blocks, then regrouped or interleaved as the kernels keep them
+    case WeightType::Q8_0_X16:
       quantize_row_q8_0(w, std::span<BlockQ8_0>(reinterpret_cast<BlockQ8_0*>(s.bytes.data()), n / 32));
       if (type == WeightType::Q8_0_R8) s.bytes = regroup_by_eight(s.bytes, rows, cols, sizeof(BlockQ8_0));
+      if (type == WeightType::Q8_0_X16) s.bytes = interleave_by_sixteen(s.bytes, rows, cols, sizeof(BlockQ8_0));
       break;
     case WeightType::Q4_0:
-    case WeightType::Q4_0_R8:  // ggml's blocks, then regrouped as the kernels keep them
+    case WeightType::Q4_0_R8:
+    case WeightType::Q4_0_X16:
       quantize_row_q4_0(w, std::span<BlockQ4_0>(reinterpret_cast<BlockQ4_0*>(s.bytes.data()), n / 32));
       if (type == WeightType::Q4_0_R8) s.bytes = regroup_by_eight(s.bytes, rows, cols, sizeof(BlockQ4_0));
+      if (type == WeightType::Q4_0_X16) s.bytes = interleave_by_sixteen(s.bytes, rows, cols, sizeof(BlockQ4_0));
       break;
     case WeightType::F64:
       ADD_FAILURE() << "no f64 stored weights";
@@ -101,14 +128,16 @@ std::vector<float> random_acts(int64_t n, int64_t cols, uint64_t seed) {
   return x;
 }
 
-const WeightType kTypes[] = {WeightType::F32,  WeightType::F16,     WeightType::BF16,   WeightType::Q8_0,
-                             WeightType::Q4_0, WeightType::Q4_0_R8, WeightType::Q8_0_R8};
+const WeightType kTypes[] = {WeightType::F32,     WeightType::F16,      WeightType::BF16,
+                             WeightType::Q8_0,    WeightType::Q4_0,     WeightType::Q4_0_R8,
+                             WeightType::Q8_0_R8, WeightType::Q4_0_X16, WeightType::Q8_0_X16};
 
 TEST(StoredLinear, EveryKernelEqualsTheReferenceOnEveryTail) {
   // (Q4_0_R8, Q8_0_R8: 288 = one group of eight blocks and a block past it; 544, two groups and a
-  // block; 2048 = eight whole groups.)
-  const std::pair<int64_t, int64_t> shapes[] = {{5, 32},   {13, 96}, {37, 288}, {67, 768},
-                                                {9, 2048}, {6, 544}, {5, 576},  {3, 800}};
+  // block; 2048 = eight whole groups. Q4_0_X16, Q8_0_X16: 37 and 67 rows are whole groups of
+  // sixteen and rows past them, 16 and 32 whole groups alone, the others rows past none.)
+  const std::pair<int64_t, int64_t> shapes[] = {{5, 32},  {13, 96}, {37, 288}, {67, 768}, {9, 2048},
+                                                {6, 544}, {5, 576}, {3, 800},  {16, 32},  {32, 544}};
   const int64_t ns[] = {1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 24, 40, 135};
   for (const WeightType type : kTypes) {
     for (const auto& [rows, cols] : shapes) {
@@ -169,57 +198,73 @@ TEST(StoredLinear, ReferenceOfHandWorkedBlocks) {
   EXPECT_EQ(y, 0.25f * static_cast<float>(dot));
 }
 
-// Q4_0 and Q8_0 regrouped (Q4_0_R8, Q8_0_R8): rows of 9 and 17 blocks (whole groups of eight
-// and one block past them; Q8_0 regroups only rows wider than 512 values), each block b with its
-// own power-of-two scale d_b = 2^(b % 3 - 1) and its own values, against integer activations whose
-// largest magnitude in each block is 127 (so d_x = 1 and x_q = x), for one activation row and for
-// three: every product and sum is exact in float, so the kernels must give sum_b d_b * sum_j w_bj
-// x_bj exactly, a sum worked here in integers. A lane of one block met with another block's
-// activations or scale, a nibble half taken for the other, or a start counted twice changes it.
-TEST(StoredLinear, RegroupedBlocksOfHandWorkedValues) {
+// Q4_0 and Q8_0 as repack_weight keeps them: 17 rows (Q4_0_X16, Q8_0_X16: a whole group of
+// sixteen interleaved and one row past it, kept regrouped by eight as Q4_0_R8 / Q8_0_R8) of 9 and
+// 17 blocks (whole groups of eight blocks and one block past them), each block b of row r with its
+// own power-of-two scale d = 2^((b + r) % 3 - 1) and its own values, against integer activations
+// whose largest magnitude in each block is 127 (so d_x = 1 and x_q = x), for one activation row
+// and for three: every product and sum is exact in float, so the kernels must give
+// sum_b d * sum_j w_bj x_bj exactly, a sum worked here in integers. A lane of one row or block met
+// with another's activations or scale, a nibble half taken for the other, or a start counted twice
+// changes it.
+TEST(StoredLinear, InterleavedAndRegroupedBlocksOfHandWorkedValues) {
   for (const bool q8 : {false, true}) {
-    const int blocks = q8 ? 17 : 9, cols = 32 * blocks;
+    const int rows = 17, blocks = q8 ? 17 : 9, cols = 32 * blocks;
     const size_t block_bytes = q8 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0);
-    std::vector<uint8_t> ggml(block_bytes * static_cast<size_t>(blocks));
+    std::vector<uint8_t> ggml(block_bytes * static_cast<size_t>(rows * blocks));
     std::vector<float> x(static_cast<size_t>(cols));
-    double expect = 0;
-    for (int b = 0; b < blocks; ++b) {
-      const double d = std::ldexp(1.0, b % 3 - 1);
-      const uint16_t dh = f32_to_f16(static_cast<float>(d));
-      uint8_t* blk = ggml.data() + block_bytes * static_cast<size_t>(b);
-      std::memcpy(blk, &dh, 2);
+    for (int b = 0; b < blocks; ++b)
       for (int j = 0; j < 32; ++j)
         x[static_cast<size_t>(32 * b) + static_cast<size_t>(j)] =
             static_cast<float>(j == (b * 5) % 32 ? (b % 2 ? -127 : 127) : (j * 7 + b * 13) % 41 - 20);
-      auto xv = [&](int j) { return static_cast<int64_t>(x[static_cast<size_t>(32 * b) + static_cast<size_t>(j)]); };
-      int64_t dot = 0;
-      if (q8) {
-        for (int j = 0; j < 32; ++j) {
-          const int w = (j * 11 + b * 29) % 255 - 127;
-          blk[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(w));
-          dot += w * xv(j);
+    auto xv = [&](int b, int j) { return static_cast<int64_t>(x[static_cast<size_t>(32 * b + j)]); };
+    std::vector<double> expect(static_cast<size_t>(rows), 0.0);
+    for (int r = 0; r < rows; ++r)
+      for (int b = 0; b < blocks; ++b) {
+        const double d = std::ldexp(1.0, (b + r) % 3 - 1);
+        const uint16_t dh = f32_to_f16(static_cast<float>(d));
+        uint8_t* blk = ggml.data() + block_bytes * static_cast<size_t>(r * blocks + b);
+        std::memcpy(blk, &dh, 2);
+        int64_t dot = 0;
+        if (q8) {
+          for (int j = 0; j < 32; ++j) {
+            const int w = (j * 11 + b * 29 + r * 37) % 255 - 127;
+            blk[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(w));
+            dot += w * xv(b, j);
+          }
+        } else {
+          for (int j = 0; j < 16; ++j) {
+            const int lo = (j * 3 + b + r) % 16, hi = (j * 5 + 2 * b + 7 + 3 * r) % 16;
+            blk[2 + j] = static_cast<uint8_t>(lo | hi << 4);
+            dot += (lo - 8) * xv(b, j) + (hi - 8) * xv(b, j + 16);
+          }
         }
-      } else {
-        for (int j = 0; j < 16; ++j) {
-          const int lo = (j * 3 + b) % 16, hi = (j * 5 + 2 * b + 7) % 16;
-          blk[2 + j] = static_cast<uint8_t>(lo | hi << 4);
-          dot += (lo - 8) * xv(j) + (hi - 8) * xv(j + 16);
-        }
+        expect[static_cast<size_t>(r)] += d * static_cast<double>(dot);
       }
-      expect += d * static_cast<double>(dot);
-    }
     WeightType type = q8 ? WeightType::Q8_0 : WeightType::Q4_0;
-    const std::vector<uint8_t> packed = repack_weight(type, ggml, 1, cols);
-    ASSERT_EQ(type, q8 ? WeightType::Q8_0_R8 : WeightType::Q4_0_R8);
+    const std::vector<uint8_t> packed = repack_weight(type, ggml, rows, cols);
+    ASSERT_EQ(type, q8 ? WeightType::Q8_0_X16 : WeightType::Q4_0_X16);
+    // The row past the group alone, regrouped by eight as Q4_0_R8 / Q8_0_R8 keep a row.
+    const size_t rb = block_bytes * static_cast<size_t>(blocks);
+    const std::vector<uint8_t> last(packed.end() - static_cast<std::ptrdiff_t>(rb), packed.end());
+    const WeightType lone = q8 ? WeightType::Q8_0_R8 : WeightType::Q4_0_R8;
     for (const int64_t n : {int64_t{1}, int64_t{3}}) {
       SCOPED_TRACE(std::string(weight_type_name(type)) + " n=" + std::to_string(n));
       std::vector<float> xs;
       for (int64_t r = 0; r < n; ++r) xs.insert(xs.end(), x.begin(), x.end());
-      std::vector<float> y(static_cast<size_t>(n), std::nanf(""));
-      stored_linear(y.data(), xs.data(), {type, packed.data(), 1, cols}, n);
-      for (const float v : y) EXPECT_EQ(v, static_cast<float>(expect));
-      stored_linear_reference(y.data(), xs.data(), {type, packed.data(), 1, cols}, n);
-      for (const float v : y) EXPECT_EQ(v, static_cast<float>(expect));
+      std::vector<float> y(static_cast<size_t>(n * rows), std::nanf(""));
+      for (const bool reference : {false, true}) {
+        if (reference)
+          stored_linear_reference(y.data(), xs.data(), {type, packed.data(), rows, cols}, n);
+        else
+          stored_linear(y.data(), xs.data(), {type, packed.data(), rows, cols}, n);
+        for (int64_t i = 0; i < n * rows; ++i)
+          EXPECT_EQ(y[static_cast<size_t>(i)], static_cast<float>(expect[static_cast<size_t>(i % rows)]))
+              << (reference ? "reference " : "") << "row " << i / rows << " output " << i % rows;
+      }
+      std::vector<float> one(static_cast<size_t>(n), std::nanf(""));
+      stored_linear(one.data(), xs.data(), {lone, last.data(), 1, cols}, n);
+      for (const float v : one) EXPECT_EQ(v, static_cast<float>(expect[rows - 1])) << weight_type_name(lone);
     }
   }
 }
@@ -227,8 +272,9 @@ TEST(StoredLinear, RegroupedBlocksOfHandWorkedValues) {
 TEST(StoredLinear, BlockTypesDifferFromTheFloatProductOnlyByTheActivationRounding) {
   // Quantizing x to Q8_0 moves each value by at most half its block's scale, so the result is
   // within sum_b d_x[b] / 2 * sum |w| of the dequantized weights times the float activations.
-  for (const WeightType type : {WeightType::Q8_0, WeightType::Q4_0, WeightType::Q8_0_R8}) {
-    const int64_t rows = 11, cols = 256, n = 3;
+  for (const WeightType type :
+       {WeightType::Q8_0, WeightType::Q4_0, WeightType::Q8_0_R8, WeightType::Q4_0_X16, WeightType::Q8_0_X16}) {
+    const int64_t rows = 19, cols = 256, n = 3;
     const StoredWeight w = make_weight(type, rows, cols, 5);
     const auto x = random_acts(n, cols, 6);
     std::vector<float> ref(static_cast<size_t>(n * rows));
@@ -283,7 +329,8 @@ TEST(StoredLinear, SameBitsWithOneAndTwoThreads) {
 TEST(StoredLinear, RowIndependentRowsHaveTheBitsOfEachRowAlone) {
   // (800: three groups of eight blocks and one past them, wider than the four-row calls take;
   // 1024: F32 rows 4 KB apart, whose ten streams fall in few sets of the L1 cache.)
-  const std::pair<int64_t, int64_t> shapes[] = {{13, 96}, {38, 288}, {7, 200}, {16, 64}, {9, 800}, {6, 1024}};
+  const std::pair<int64_t, int64_t> shapes[] = {{13, 96}, {38, 288}, {7, 200}, {16, 64},
+                                                {9, 800}, {6, 1024}, {35, 800}};
   for (const WeightType type : kTypes) {
     for (const auto& [rows, cols] : shapes) {
       if (type != WeightType::F32 && type != WeightType::F16 && type != WeightType::BF16 && cols % 32 != 0) continue;
@@ -385,50 +432,63 @@ TEST(StoredLinear, LinearForwardAddsTheBiasAndRefusesABackward) {
                ErrorKind::Internal, "", "no backward through a q4_0 weight");
 }
 
-TEST(StoredLinear, RepackingRegroupsTheSameBytesAndMeansTheSameValues) {
-  for (const auto& [from, to, block] :
-       {std::tuple{WeightType::Q4_0, WeightType::Q4_0_R8, 18}, std::tuple{WeightType::Q8_0, WeightType::Q8_0_R8, 34}}) {
-    for (const int64_t cols : {int64_t{32}, int64_t{224}, int64_t{256}, int64_t{288}, int64_t{768}, int64_t{800}}) {
-      SCOPED_TRACE(std::string(weight_type_name(to)) + " " + std::to_string(cols));
-      const StoredWeight plain = make_weight(from, 3, cols, 21);
-      const StoredWeight packed = make_weight(to, 3, cols, 21);
-      // repack_weight lays them out so: Q4_0 at every width, Q8_0 wider than 512 values (narrower
-      // Q8_0 rows are kept in ggml's layout and type).
-      WeightType t = from;
-      const std::vector<uint8_t> repacked = repack_weight(t, plain.bytes, 3, cols);
-      const bool regroups = from == WeightType::Q4_0 || cols > 512;
-      EXPECT_EQ(t, regroups ? to : from);
-      EXPECT_EQ(repacked, regroups ? packed.bytes : plain.bytes);
-      EXPECT_EQ(packed.dequantized, plain.dequantized);
-      auto sorted = [](std::vector<uint8_t> v) {
-        std::sort(v.begin(), v.end());
-        return v;
-      };
-      EXPECT_EQ(packed.bytes.size(), plain.bytes.size());
-      EXPECT_EQ(sorted(packed.bytes), sorted(plain.bytes));
-      // Fewer than eight blocks: nothing to regroup.
-      EXPECT_EQ(packed.bytes == plain.bytes, cols < 256);
-      // Group 0 of row 0 starts with its 8 scales: block k's scale, then the 8 blocks' values
-      // (block k's byte j at 32 (j / 4) + 4 k + j % 4 after the scales).
-      const int values = block - 2;
-      if (cols >= 256) {
-        for (int k = 0; k < 8; ++k) {
-          EXPECT_EQ(std::memcmp(packed.bytes.data() + 2 * k, plain.bytes.data() + block * k, 2), 0) << k;
-          for (int j = 0; j < values; ++j) {
-            const int at = 16 + 32 * (j / 4) + 4 * k + j % 4;
-            EXPECT_EQ(packed.bytes[static_cast<size_t>(at)], plain.bytes[static_cast<size_t>(block * k + 2 + j)])
-                << k << " " << j;
-          }
+TEST(StoredLinear, RepackingInterleavesTheSameBytesAndMeansTheSameValues) {
+  for (const auto& [from, r8, x16, block] :
+       {std::tuple{WeightType::Q4_0, WeightType::Q4_0_R8, WeightType::Q4_0_X16, 18},
+        std::tuple{WeightType::Q8_0, WeightType::Q8_0_R8, WeightType::Q8_0_X16, 34}}) {
+    for (const int64_t rows : {int64_t{3}, int64_t{19}}) {
+      for (const int64_t cols : {int64_t{32}, int64_t{224}, int64_t{256}, int64_t{288}, int64_t{768}, int64_t{800}}) {
+        SCOPED_TRACE(std::string(weight_type_name(x16)) + " " + std::to_string(rows) + "x" + std::to_string(cols));
+        const StoredWeight plain = make_weight(from, rows, cols, 21);
+        const StoredWeight packed = make_weight(x16, rows, cols, 21);
+        const StoredWeight regrouped = make_weight(r8, rows, cols, 21);
+        // repack_weight lays every Q4_0 and Q8_0 matrix out so.
+        WeightType t = from;
+        const std::vector<uint8_t> repacked = repack_weight(t, plain.bytes, rows, cols);
+        EXPECT_EQ(t, x16);
+        EXPECT_EQ(repacked, packed.bytes);
+        // The same values, the same bytes in another order.
+        EXPECT_EQ(packed.dequantized, plain.dequantized);
+        EXPECT_EQ(regrouped.dequantized, plain.dequantized);
+        auto sorted = [](std::vector<uint8_t> v) {
+          std::sort(v.begin(), v.end());
+          return v;
+        };
+        EXPECT_EQ(packed.bytes.size(), plain.bytes.size());
+        EXPECT_EQ(sorted(packed.bytes), sorted(plain.bytes));
+        const int values = block - 2;
+        const int64_t nb = cols / 32;
+        // Rows 0..15 (19 rows): block 0's cell holds row l's scale at 2 l, then its value byte j at
+        // 32 + 64 (j / 4) + 4 l + j % 4; block 1's cell follows.
+        if (rows == 19) {
+          for (int l = 0; l < 16; ++l)
+            for (int b = 0; b < std::min<int>(2, static_cast<int>(nb)); ++b) {
+              const uint8_t* cell = packed.bytes.data() + static_cast<ptrdiff_t>(b) * 16 * block;
+              const uint8_t* src = plain.bytes.data() + (l * nb + b) * block;
+              EXPECT_EQ(std::memcmp(cell + 2 * l, src, 2), 0) << l << " " << b;
+              for (int j = 0; j < values; ++j)
+                EXPECT_EQ(cell[32 + 64 * (j / 4) + 4 * l + j % 4], src[2 + j]) << l << " " << b << " " << j;
+            }
         }
-      }
-      // Past the whole groups, ggml's blocks as they were (288: block 8 of each row).
-      if (cols == 288) {
-        const int64_t rb = 9 * block;
-        for (int64_t r = 0; r < 3; ++r)
-          EXPECT_EQ(std::memcmp(packed.bytes.data() + r * rb + 8 * block, plain.bytes.data() + r * rb + 8 * block,
-                                static_cast<size_t>(block)),
-                    0)
+        // The rows past the whole groups of sixteen, each as a lone row: regrouped by eight (Q4_0,
+        // and Q8_0 wider than 512 values) or as they were; where a row has fewer than eight blocks
+        // nothing moves. Group 0 of such a row: block k's scale at 2 k, its byte j at 16 + 32 (j /
+        // 4) + 4 k + j % 4.
+        const int64_t whole = rows / 16 * 16, rb = nb * block;
+        const bool regroups = from == WeightType::Q4_0 || cols > 512;
+        for (int64_t r = whole; r < rows; ++r) {
+          const uint8_t* row = packed.bytes.data() + r * rb;
+          const uint8_t* src = plain.bytes.data() + r * rb;
+          EXPECT_EQ(std::memcmp(row, regrouped.bytes.data() + r * rb, static_cast<size_t>(rb)) == 0, regroups || nb < 8)
               << r;
+          EXPECT_EQ(std::memcmp(row, src, static_cast<size_t>(rb)) == 0, !regroups || nb < 8) << r;
+          if (regroups && nb >= 8)
+            for (int k = 0; k < 8; ++k) {
+              EXPECT_EQ(std::memcmp(row + 2 * k, src + block * k, 2), 0) << k;
+              for (int j = 0; j < values; ++j)
+                EXPECT_EQ(row[16 + 32 * (j / 4) + 4 * k + j % 4], src[block * k + 2 + j]) << k << " " << j;
+            }
+        }
       }
     }
   }
@@ -446,6 +506,8 @@ TEST(StoredLinear, RowBytesAreGgmlsBlockSizes) {
   EXPECT_EQ(weight_row_bytes(WeightType::Q4_0, 64), 36);
   EXPECT_EQ(weight_row_bytes(WeightType::Q8_0_R8, 64), 68);  // regrouped: the same bytes
   EXPECT_EQ(weight_row_bytes(WeightType::Q4_0_R8, 64), 36);
+  EXPECT_EQ(weight_row_bytes(WeightType::Q8_0_X16, 64), 68);  // interleaved: the same bytes
+  EXPECT_EQ(weight_row_bytes(WeightType::Q4_0_X16, 64), 36);
 }
 
 }  // namespace

@@ -328,10 +328,12 @@ TEST_F(GgufModelTest, StoredTypesRunAsStoredLikeTheirDequantizedWeights) {
   const auto tok = CharTokenizer::bytes();
   const char* configs[] = {
       R"({"d_model": 64, "d_ff": 96, "n_heads": 2, "activation": "gelu_tanh", "positions": "learned"})",
-      // Rows of 8 and 9 blocks: Q4_0_R8's whole groups and a block past one.
+      // Rows of 8 and 9 blocks: Q4_0_R8's whole groups and a block past one (the kv rows, 128, and
+      // the vocabulary's, 256: whole groups of sixteen rows for Q4_0_X16 and Q8_0_X16).
       R"({"d_model": 256, "d_ff": 288, "n_heads": 4, "n_kv_heads": 2, "norm": "rmsnorm", "positions": "rope",
           "activation": "swiglu", "bias": false, "tied_embeddings": false, "rope_pairing": "halves"})",
       // Rows wider than 512 values (Q8_0_R8: 576 = two groups and a block, 800 three and a block).
+      // (The tests' vocabulary is 256 rows: whole groups of sixteen.)
       R"({"d_model": 576, "d_ff": 800, "n_heads": 4, "norm": "rmsnorm", "positions": "rope", "activation": "swiglu",
           "bias": false})",
   };
@@ -345,9 +347,8 @@ TEST_F(GgufModelTest, StoredTypesRunAsStoredLikeTheirDequantizedWeights) {
         for (int64_t i = 0; i < e.shape.numel(); ++i) m->params().data()[e.offset + i] /= 3;
     for (const auto& [type, wt] :
          {std::pair{GgufExportType::F16, WeightType::F16}, std::pair{GgufExportType::BF16, WeightType::BF16},
-          std::pair{GgufExportType::Q8_0, WeightType::Q8_0},
-          std::pair{GgufExportType::Q4_0, WeightType::Q4_0_R8}}) {  // Q4_0 is kept regrouped
-
+          std::pair{GgufExportType::Q8_0, WeightType::Q8_0_X16},  // kept interleaved (kernels/qlinear.h)
+          std::pair{GgufExportType::Q4_0, WeightType::Q4_0_X16}}) {
       SCOPED_TRACE(std::string(cfg) + " " + weight_type_name(wt));
       export_gguf(path("s.gguf"), *m, tok, "", type);
       LoadedModel back = load_model(path("s.gguf"));
@@ -355,8 +356,7 @@ TEST_F(GgufModelTest, StoredTypesRunAsStoredLikeTheirDequantizedWeights) {
       for (const auto* w :
            {&q.weights().layers[0].wq, &q.weights().layers[0].wk, &q.weights().layers[1].wv, &q.weights().layers[1].wo,
             &q.weights().layers[0].w1, &q.weights().layers[1].w2, &q.weights().output})
-        // (Q8_0 rows wider than 512 values regrouped, kernels/qlinear.h)
-        EXPECT_EQ(w->type, wt == WeightType::Q8_0 && w->cols > 512 ? WeightType::Q8_0_R8 : wt) << w->cols;
+        EXPECT_EQ(w->type, wt) << w->cols;
       // The same weights, dense: the arena holds the dequantized values.
       Model dense(q.config());
       std::copy(q.params().data(), q.params().data() + q.params().size(), dense.params().data());
@@ -386,7 +386,7 @@ TEST_F(GgufModelTest, StoredTypesRunAsStoredLikeTheirDequantizedWeights) {
       // round about three times as many, and in 7 of 9 seeds one fell across a rounding boundary
       // between the two orders (at seed 13 Q8_0 agreed to 1.4e-6 for eight tokens, then moved by
       // 1.4e-2 at the ninth); the kernel tests hold its few-row and tiled products to the reference.
-      // Every config's one-sequence decode (the few-row kernels: Q8_0_R8's on the wide one) is also
+      // Every config's one-sequence decode (the few-row kernels) is also
       // held to the dense model's logits, as the prompt was above.
       const bool wide = cfg == configs[2];
       constexpr int64_t kCopies = 8;
@@ -424,7 +424,7 @@ TEST_F(GgufModelTest, StoredWeightsAreCheckedAndCountedAsTheyAreRead) {
   // Stored as Q4_0, wq's [64, 64] rows take 2 blocks of 18 bytes instead of 64 floats.
   std::vector<uint8_t> q4(static_cast<size_t>(64 * 2 * 18), 0);
   m->set_stored_weight("layers.0.attn.wq.weight", WeightType::Q4_0, q4);
-  EXPECT_EQ(m->weights().layers[0].wq.type, WeightType::Q4_0_R8);  // kept regrouped (kernels/qlinear.h)
+  EXPECT_EQ(m->weights().layers[0].wq.type, WeightType::Q4_0_X16);  // kept interleaved (kernels/qlinear.h)
   EXPECT_DOUBLE_EQ(m->weight_bytes_per_token(), dense - 64.0 * 64 * 4 + 64.0 * 36);
   // A tied model's embedding is its output matrix.
   std::vector<uint8_t> bf(static_cast<size_t>(c.vocab_size * 64 * 2), 0);

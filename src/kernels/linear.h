@@ -20,17 +20,19 @@
 namespace tformer {
 
 enum class WeightType : uint8_t {
-  F32,      // float, [out, in] row-major
-  F64,      // double, [out, in] row-major
-  F16,      // IEEE binary16, [out, in] row-major                       (float activations only)
-  BF16,     // bfloat16, [out, in] row-major                            (float activations only)
-  Q8_0,     // ggml's Q8_0 blocks (kernels/quant.h), in / 32 per row     (float activations only)
-  Q4_0,     // ggml's Q4_0 blocks, in / 32 per row                      (float activations only)
-  Q4_0_R8,  // Q4_0 regrouped by eight blocks in memory (kernels/qlinear.h: repack_weight)
-  Q8_0_R8,  // Q8_0 regrouped by eight blocks in memory (likewise)
+  F32,       // float, [out, in] row-major
+  F64,       // double, [out, in] row-major
+  F16,       // IEEE binary16, [out, in] row-major                       (float activations only)
+  BF16,      // bfloat16, [out, in] row-major                            (float activations only)
+  Q8_0,      // ggml's Q8_0 blocks (kernels/quant.h), in / 32 per row     (float activations only)
+  Q4_0,      // ggml's Q4_0 blocks, in / 32 per row                      (float activations only)
+  Q4_0_R8,   // Q4_0 regrouped by eight blocks in memory (kernels/qlinear.h: repack_weight)
+  Q8_0_R8,   // Q8_0 regrouped by eight blocks in memory (likewise)
+  Q4_0_X16,  // Q4_0 interleaved sixteen rows at a time in memory (likewise: what a loaded Q4_0 becomes)
+  Q8_0_X16,  // Q8_0 likewise
 };
-// The stored types (F16 to Q8_0_R8) run in kernels/qlinear.h; "f32", "f16", "bf16", "q8_0", "q4_0",
-// "q4_0_r8", "q8_0_r8".
+// The stored types (F16 to Q8_0_X16) run in kernels/qlinear.h; "f32", "f16", "bf16", "q8_0", "q4_0",
+// "q4_0_r8", "q8_0_r8", "q4_0_x16", "q8_0_x16".
 const char* weight_type_name(WeightType type);
 
 // The dense type whose values a Weight<T> holds directly.

@@ -49,6 +49,16 @@
 //               accumulator starting at -128 * each block's activation sum, so a group of eight
 //               blocks takes four xors, four 512-bit vpdpbusd, one conversion and one
 //               multiply-add, with no permutation.
+//               Q4_0_X16, Q8_0_X16 (what repack_weight makes of every Q4_0 and Q8_0 matrix),
+//               few rows: sixteen weight rows at a time, whose blocks are interleaved so that
+//               32-bit lane l of each 64-byte load is row l's, four values of one block; each load
+//               meets four activation values broadcast to all lanes (vpdpbusd's embedded
+//               broadcast), so eight vpdpbusd finish a block for sixteen rows, and one conversion
+//               and one multiply-add by the sixteen scales times d_x scale it: no sum crosses
+//               lanes, and sixteen outputs are stored at once. (Q8_0's weights are the unsigned
+//               operand, w + 128, an xor, as in Q8_0_R8; both start at -c times the block's
+//               activation sum.) The rows past the last whole group of sixteen run as their
+//               lone-row layout does (Q4_0_R8; Q8_0_R8 or Q8_0).
 //               Without VNNI (the portable build) the same integer sums in plain loops.
 //
 // Every output element is computed by one thread in a fixed order: results do not depend on the
@@ -89,15 +99,18 @@ void stored_linear_shared(std::span<const StoredProduct> parts, const float* x, 
 void stored_linear_reference(float* y, const float* x, const Weight<float>& W, int64_t n);
 
 // The bytes of a [rows, cols] matrix of `type` (ggml's layout) as the kernels keep them: Q4_0
-// becomes Q4_0_R8, each row's blocks regrouped by eight (per group the 8 fp16 scales, then the
-// 8 x 16 bytes of nibbles in four rounds, round k holding bytes 4k..4k + 3 of each block in block
-// order; the blocks past the last whole group stay as they are), the same bytes in an order whose
-// scales load as one vector and whose nibbles put each block in its own 32-bit lanes. Q8_0
-// rows of more than 512 values become Q8_0_R8 likewise (8 scales, then the 8 x 32 bytes of values
-// in eight rounds of four bytes a block); narrower Q8_0 rows stay in ggml's layout, where decode's four-row
-// calls were faster (a 288-wide row is one group and a block: on a Zen 4 core 15.5 ns a row as
-// ggml's, 17 regrouped; 768-wide, 38 and 27). Every other type is kept as it is. `type` is
-// updated.
+// becomes Q4_0_X16 and Q8_0 Q8_0_X16, the same bytes in another order. Per whole group of sixteen
+// rows, per block b, a cell: the sixteen rows' fp16 scales of block b in row order, then their
+// values in rounds of 64 bytes, round k holding bytes 4k..4k + 3 of each row's block b in row
+// order (Q4_0: 4 rounds of nibbles; Q8_0: 8 rounds of values). The rows past the last whole group
+// (a height that is no multiple of 16) follow, each as a lone row is kept: Q4_0 rows as Q4_0_R8,
+// their blocks regrouped by eight (per group the 8 fp16 scales, then the 8 x 16 bytes of nibbles
+// in four rounds, round k holding bytes 4k..4k + 3 of each block in block order; the blocks past
+// the last whole group as they are); Q8_0 rows of more than 512 values as Q8_0_R8 likewise (8
+// scales, then 8 x 32 bytes of values in eight rounds), narrower ones in ggml's layout, where
+// decode's four-row calls were faster (a 288-wide row is one group and a block: on a Zen 4 core
+// 15.5 ns a row as ggml's, 17 regrouped; 768-wide, 38 and 27). Every other type is kept as it is.
+// `type` is updated.
 std::vector<uint8_t> repack_weight(WeightType& type, std::vector<uint8_t> bytes, int64_t rows, int64_t cols);
 
 // Rows [r0, r1) of W as float: out[r1 - r0, W.cols] (exact for every type).
