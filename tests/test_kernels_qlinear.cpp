@@ -134,10 +134,10 @@ const WeightType kTypes[] = {WeightType::F32,     WeightType::F16,      WeightTy
 
 TEST(StoredLinear, EveryKernelEqualsTheReferenceOnEveryTail) {
   // (Q4_0_R8, Q8_0_R8: 288 = one group of eight blocks and a block past it; 544, two groups and a
-  // block; 2048 = eight whole groups. Q4_0_X16, Q8_0_X16: 37 and 67 rows are whole groups of
+  // block; 2048 = eight whole groups. Q4_0_X16, Q8_0_X16: 37, 67 and 35 rows are whole groups of
   // sixteen and rows past them, 16 and 32 whole groups alone, the others rows past none.)
-  const std::pair<int64_t, int64_t> shapes[] = {{5, 32},  {13, 96}, {37, 288}, {67, 768}, {9, 2048},
-                                                {6, 544}, {5, 576}, {3, 800},  {16, 32},  {32, 544}};
+  const std::pair<int64_t, int64_t> shapes[] = {{5, 32}, {13, 96}, {37, 288}, {67, 768},  {9, 2048}, {6, 544},
+                                                {5, 576}, {3, 800}, {16, 32},  {32, 544}, {35, 2048}};
   const int64_t ns[] = {1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 24, 40, 135};
   for (const WeightType type : kTypes) {
     for (const auto& [rows, cols] : shapes) {
@@ -248,7 +248,8 @@ TEST(StoredLinear, InterleavedAndRegroupedBlocksOfHandWorkedValues) {
     const size_t rb = block_bytes * static_cast<size_t>(blocks);
     const std::vector<uint8_t> last(packed.end() - static_cast<std::ptrdiff_t>(rb), packed.end());
     const WeightType lone = q8 ? WeightType::Q8_0_R8 : WeightType::Q4_0_R8;
-    for (const int64_t n : {int64_t{1}, int64_t{3}}) {
+    // (n = 9: the tiled product, four rows of a cell at a time, whose sums are as exact.)
+    for (const int64_t n : {int64_t{1}, int64_t{3}, int64_t{9}}) {
       SCOPED_TRACE(std::string(weight_type_name(type)) + " n=" + std::to_string(n));
       std::vector<float> xs;
       for (int64_t r = 0; r < n; ++r) xs.insert(xs.end(), x.begin(), x.end());
@@ -365,7 +366,8 @@ TEST(StoredLinear, SharedInputProductsHaveTheBitsOfSeparateProducts) {
   for (const WeightType type : kTypes) {
     // Narrow rows (the four-row calls) and 768-wide ones with a tall part, over the threads' split
     for (const int64_t cols : {int64_t{96}, int64_t{288}, int64_t{768}}) {
-      const int64_t heights[] = {13, cols == 768 ? int64_t{301} : int64_t{38}, 7};
+      // (Q4_0_X16, Q8_0_X16: 16 rows a whole group, 38 and 301 groups and rows past them, 7 none.)
+      const int64_t heights[] = {16, cols == 768 ? int64_t{301} : int64_t{38}, 7};
       std::vector<StoredWeight> w;
       std::vector<std::vector<float>> bias;
       for (size_t i = 0; i < 3; ++i) {

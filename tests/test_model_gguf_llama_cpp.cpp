@@ -4,7 +4,7 @@
 // `make test-interop` runs the same checks live). For each file:
 //   * tformer's next-token probabilities at every position of the fixture's sequence equal
 //     llama.cpp's within the bound of its architecture and type (docs/gguf.md derives them);
-//   * tformer's greedy continuation equals llama.cpp's (F32 files);
+//   * tformer's greedy continuation equals llama.cpp's (every type);
 //   * exporting the loaded model again writes the same bytes: the export these fixtures checked is
 //     the export tformer still does;
 //   * llama.cpp's tokenization of every exported vocabulary equals tformer's.
