@@ -77,8 +77,11 @@ test-portable: build-portable
 
 # CI's share of it: the kernel tests (the code that differs by instruction set: each kernel's
 # AVX-512 path against its portable one) on the portable build, which builds the library and
-# just those tests.
+# just those tests. That share covers every path only while instruction-set code stays in
+# src/kernels/, so it first fails if any other source names an intrinsic or an ISA macro.
 test-portable-kernels: deps
+	@isa=$$(grep -rlE 'immintrin|__AVX|__F16C__|__FMA__|__m(128|256|512)' src --include='*.cpp' --include='*.h' | grep -v '^src/kernels/' || true); \
+	  if [ -n "$$isa" ]; then echo "test-portable-kernels: instruction-set code outside src/kernels/ (make test-portable runs its tests): $$isa" >&2; exit 1; fi
 	@cmake -S . -B build-portable -G Ninja -DCMAKE_BUILD_TYPE=Release -DTFORMER_NATIVE=OFF $(CMAKE_FLAGS) > /dev/null
 	@cmake --build build-portable -j $(JOBS) --target $$(cd tests && ls test_kernels_*.cpp | sed 's/\.cpp$$//')
 	@cd build-portable && ctest --output-on-failure -j $(JOBS) -L kernels
