@@ -9,8 +9,9 @@
 #   * a vocabulary with a BOS: eval puts it before every window and scores every token (the loss
 #     recomputed from `logits`), generate before the prompt;
 #   * tformer quantize from a model file and from a GGUF file (F32, or already quantized: the same
-#     bytes), every --model command reading the result;
-#   * tformer convert --kv-heads: a smaller KV cache, the identity at the model's own count, errors;
+#     bytes), every --model command reading the result (serve's greedy text is generate's);
+#   * tformer convert --kv-heads: a smaller KV cache (from a Q8_0 file too), the identity at the model's own
+#     count, errors;
 #   * errors: an unknown --type, --format or --from, a config no llama.cpp architecture computes (named,
 #     and no output file left behind).
 #   tests/cli/gguf_test.sh PATH/TO/tformer
@@ -70,6 +71,23 @@ for ty in q8_0 q4_0 bf16; do
     --eval-every 0 --eval-steps 1 --threads 2 > /dev/null 2>&1
   check "... train --init-from trains on it" test -s "$tmp/ft-$ty/model.safetensors"
 done
+# tformer serve runs a quantized file too: its greedy completion is generate's continuation (the
+# prompt echoed first and a newline after it by generate; JSON-escaped here as the server writes it).
+"$tf" serve --model "$tmp/q-q4_0.gguf" --port 0 > "$tmp/serve.out" 2> "$tmp/serve.err" &
+serve_pid=$!
+for _ in $(seq 100); do grep -q " on http://" "$tmp/serve.out" && break; sleep 0.1; done
+port="$(sed -n 's|.* on http://127.0.0.1:\([0-9]*\) .*|\1|p' "$tmp/serve.out")"
+body='{"prompt": "ROMEO:", "max_tokens": 12, "temperature": 0}'
+served="$(exec 3<> "/dev/tcp/127.0.0.1/${port:-1}" &&
+  printf 'POST /v1/completions HTTP/1.1\r\nConnection: close\r\nContent-Length: %s\r\n\r\n%s' "${#body}" "$body" >&3 &&
+  cat <&3 | sed -n 's/.*"text":"\(\([^"\\]\|\\.\)*\)".*/\1/p')"
+kill -TERM "$serve_pid"
+wait "$serve_pid"
+check "serve --model a Q4_0 file exits 0 on SIGTERM" test $? -eq 0
+generated="$("$tf" generate --model "$tmp/q-q4_0.gguf" --prompt "ROMEO:" --max-new-tokens 12 --temperature 0)"
+escaped="$(printf '%s' "${generated#ROMEO:}" | awk 'BEGIN { ORS = "" } { gsub(/\\/, "\\\\"); gsub(/"/, "\\\""); if (NR > 1) print "\\n"; print }')"
+served="$(sed 's/\(\\n\)*$//' <<< "$served")"  # (what $(...) took from generate's end)
+check "serve --model a Q4_0 file: generate's greedy text" test -n "$served" -a "$served" = "$escaped"
 check "q4_0 is smaller than q8_0, smaller than bf16" \
   test "$(stat -c %s "$tmp/q-q4_0.gguf")" -lt "$(stat -c %s "$tmp/q-q8_0.gguf")" -a \
        "$(stat -c %s "$tmp/q-q8_0.gguf")" -lt "$(stat -c %s "$tmp/q-bf16.gguf")"
@@ -158,6 +176,11 @@ check "convert to one kv head exits 0" test $? -eq 0
 check "convert reports the smaller KV cache" grep -q "2 key/value heads -> 1 (mean pooling, groups of 2); KV cache 256 -> 128 bytes per token" "$tmp/convert.txt"
 "$tf" eval --model "$tmp/mqa.safetensors" --data "$data" --max-tokens 2000 --threads 2 > "$tmp/eval-mqa.txt" 2>&1
 check "the converted model evaluates" grep -q "^loss " "$tmp/eval-mqa.txt"
+# From a quantized file: the dequantized weights pooled as the float ones are.
+"$tf" convert --model "$tmp/q-q8_0.gguf" --kv-heads 1 --out "$tmp/mqa-q8.safetensors" > "$tmp/convert.txt" 2>&1
+check "convert of a Q8_0 GGUF to one kv head exits 0" test $? -eq 0
+"$tf" eval --model "$tmp/mqa-q8.safetensors" --data "$data" --max-tokens 2000 --threads 2 > "$tmp/eval-mqa8.txt" 2>&1
+check "... and the converted model evaluates" grep -q "^loss " "$tmp/eval-mqa8.txt"
 "$tf" convert --model "$tmp/llama.gguf" --kv-heads 2 --out "$tmp/same.safetensors" > /dev/null 2>&1
 "$tf" logits --model "$tmp/same.safetensors" --tokens "1 2 3 4 5" --out "$tmp/same.bin"
 "$tf" logits --model "$llama_st" --tokens "1 2 3 4 5" --out "$tmp/orig.bin"
