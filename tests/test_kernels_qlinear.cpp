@@ -136,7 +136,7 @@ TEST(StoredLinear, EveryKernelEqualsTheReferenceOnEveryTail) {
   // (Q4_0_R8, Q8_0_R8: 288 = one group of eight blocks and a block past it; 544, two groups and a
   // block; 2048 = eight whole groups. Q4_0_X16, Q8_0_X16: 37, 67 and 35 rows are whole groups of
   // sixteen and rows past them, 16 and 32 whole groups alone, the others rows past none.)
-  const std::pair<int64_t, int64_t> shapes[] = {{5, 32}, {13, 96}, {37, 288}, {67, 768},  {9, 2048}, {6, 544},
+  const std::pair<int64_t, int64_t> shapes[] = {{5, 32},  {13, 96}, {37, 288}, {67, 768}, {9, 2048}, {6, 544},
                                                 {5, 576}, {3, 800}, {16, 32},  {32, 544}, {35, 2048}};
   const int64_t ns[] = {1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 24, 40, 135};
   for (const WeightType type : kTypes) {
@@ -217,7 +217,9 @@ TEST(StoredLinear, InterleavedAndRegroupedBlocksOfHandWorkedValues) {
       for (int j = 0; j < 32; ++j)
         x[static_cast<size_t>(32 * b) + static_cast<size_t>(j)] =
             static_cast<float>(j == (b * 5) % 32 ? (b % 2 ? -127 : 127) : (j * 7 + b * 13) % 41 - 20);
-    auto xv = [&](int b, int j) { return static_cast<int64_t>(x[static_cast<size_t>(32 * b + j)]); };
+    auto xv = [&](int b, int j) {
+      return static_cast<int64_t>(x[32 * static_cast<size_t>(b) + static_cast<size_t>(j)]);
+    };
     std::vector<double> expect(static_cast<size_t>(rows), 0.0);
     for (int r = 0; r < rows; ++r)
       for (int b = 0; b < blocks; ++b) {
