@@ -511,6 +511,7 @@ TEST_F(ServeHttpTest, LimitsOnBodyLineHeadersAndTime) {
   serve::HttpLimits limits;
   limits.max_body = 4096;
   limits.header_timeout_ms = 400;
+  limits.max_headers = 8;
   start({}, {}, limits);
   // A body over the limit is refused from its Content-Length, before it is sent.
   {
@@ -535,6 +536,16 @@ TEST_F(ServeHttpTest, LimitsOnBodyLineHeadersAndTime) {
     const std::string r = read_all(fd);
     ::close(fd);
     EXPECT_EQ(status_of(r), 414);
+  }
+  // More headers than the limit (8 here), each short: 431 naming the limit.
+  {
+    const int fd = connect_to(server_->port());
+    std::string req = "GET /health HTTP/1.1\r\n";
+    for (int i = 0; i < 9; ++i) req += "X-H" + std::to_string(i) + ": v\r\n";
+    send_all(fd, req + "\r\n");
+    const std::string r = read_all(fd);
+    ::close(fd);
+    EXPECT_TRUE(is_error({status_of(r), body_of(r)}, 431, {"more than 8 headers"})) << r;
   }
   // Headers past 16 KB.
   {
@@ -787,6 +798,17 @@ TEST_F(ServeHttpTest, ChatWithThePlainTemplate) {
 
 // n samples over HTTP (each choice its index, seeds seed, seed + 1, ...; streamed chunks carry their
 // index; usage sums the completions and counts the shared prompt once); top_k 1 is greedy; the
+// A model whose own chat template is Jinja, served without --chat-template: chat is refused with
+// a 400 that says why and names the remedies; completions still work.
+TEST_F(ServeHttpTest, AJinjaTemplateAloneIsRefusedNamingTheRemedy) {
+  serve::ApiOptions ao;
+  ao.model_chat_template = "{% for m in messages %}{{ m.content }}{% endfor %}";
+  start({}, ao);
+  EXPECT_TRUE(is_error(post("/v1/chat/completions", {{"messages", {{{"role", "user"}, {"content", "hi"}}}}}), 400,
+                       {"Jinja", "GET /props", "--chat-template FILE", "--chat-template plain", "/v1/completions"}));
+  EXPECT_EQ(post("/v1/completions", {{"prompt", "hi"}, {"max_tokens", 2}}).status, 200);
+}
+
 // logprobs shapes of completions (tokens, token_logprobs, top_logprobs, text_offset) and of chat
 // (content: token, logprob, bytes, top_logprobs); /props with a model and a template.
 TEST_F(ServeHttpTest, SamplesTopKLogprobsAndProps) {

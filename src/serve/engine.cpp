@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "core/memory.h"
 #include "core/threads.h"
 #include "kernels/linear.h"
 
@@ -91,6 +92,16 @@ Engine::Engine(Model& model, const Tokenizer& tokenizer, EngineOptions options)
   if (options_.prefill_chunk < 1)
     fail_input("--prefill-chunk", "--prefill-chunk must be at least 1, got {}", options_.prefill_chunk);
   if (options_.max_queue < 0) fail_input("--queue", "--queue must be >= 0, got {}", options_.max_queue);
+  // The cache budget, --parallel x --context, refused up front when the memory cannot hold it
+  // (counted in double: a huge --parallel must not wrap round an integer into a small number).
+  const double cache_bytes = 2.0 * static_cast<double>(c.n_layers) * static_cast<double>(options_.parallel) *
+                             static_cast<double>(c.n_kv_heads) * static_cast<double>(options_.context) *
+                             static_cast<double>(c.head_dim()) * sizeof(float);
+  if (const uint64_t available = available_memory_bytes(); cache_bytes > static_cast<double>(available))
+    fail_input("--parallel",
+               "--parallel {} x --context {}: the KV cache would take {:.0f} bytes ({:.3g} GB) but only {} bytes of "
+               "memory are available; lower --parallel or --context",
+               options_.parallel, options_.context, cache_bytes, cache_bytes / 1e9, available);
   cache_ = model.make_cache(options_.parallel, options_.context);
   cache_bytes_ = cache_.allocated_bytes();
   never_sample_ = non_token_ids(tokenizer, c.vocab_size);

@@ -244,6 +244,11 @@ printf 'generation: x\n' > "$tmp/bad.tmpl"
 check "serve --chat-template FILE without a message line exits 1 naming it" grep -q "message" "$tmp/err.txt"
 "$tf" serve --model "$tmp/m.safetensors" --port 0 --context 99 > /dev/null 2> "$tmp/err.txt"
 check "serve --context beyond the model's exits 1 naming both" grep -q "context 99 is more than the model's context_length 16" "$tmp/err.txt"
+# A cache budget the memory cannot hold: refused before anything is allocated, naming both flags
+# (TFORMER_MEMORY_LIMIT stands in for a small machine: 4,096 slots of this model's 16 tokens).
+TFORMER_MEMORY_LIMIT=1000000 "$tf" serve --model "$tmp/m.safetensors" --port 0 --parallel 4096 > /dev/null 2> "$tmp/err.txt"
+check "serve --parallel past the memory exits 1" test $? -eq 1
+check "... naming --parallel and --context" grep -q -- "--parallel 4096 x --context 16: the KV cache would take" "$tmp/err.txt"
 "$tf" serve --model "$tmp/m.safetensors" --port 70000 > /dev/null 2> "$tmp/err.txt"
 check "serve --port out of range exits 1" grep -q "\-\-port must be in 0..65535" "$tmp/err.txt"
 
