@@ -4,12 +4,14 @@
 // llama.cpp architecture computes are refused by name; broken or foreign files are errors naming
 // the key or tensor. (What llama.cpp itself computes from these files: test_model_gguf_llama_cpp.)
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -413,6 +415,63 @@ TEST_F(GgufModelTest, StoredTypesRunAsStoredLikeTheirDequantizedWeights) {
       // 1.0e-2 / 1.3e-2, Q8_0 1.2e-2 / 3.7e-2 / 4.8e-2, Q4_0 1.2e-2 / 4.5e-2 / 8.1e-2; Q8_0_R8's
       // accumulator started at -120 instead of -128 x the lane sums: 2.06.)
       EXPECT_LE(worst_dense, (wt == WeightType::F16 ? 1e-4 : wt == WeightType::BF16 ? 3e-2 : 0.15) * scale);
+    }
+  }
+}
+
+// The resident memory of this process, from /proc/self/statm (pages).
+int64_t resident_bytes() {
+  std::ifstream f("/proc/self/statm");
+  int64_t size = 0, resident = 0;
+  f >> size >> resident;
+  return resident * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
+}
+
+// An inference-only load (generate, logits, eval, serve) gives back the float32 values of its stored
+// matrices: the same logits, bit for bit, cached and uncached (a tied embedding looked up from its
+// stored rows); the process's resident memory falls by about their size; the arena is then an
+// error to reach, for what would read it (training, export, conversion).
+TEST_F(GgufModelTest, GivingBackTheFloatCopiesKeepsTheLogitsAndFreesTheirMemory) {
+  const auto tok = CharTokenizer::bytes();
+  for (
+      const char* cfg :
+      {R"({"d_model": 256, "d_ff": 1024, "n_heads": 4, "n_layers": 3, "norm": "rmsnorm", "positions": "rope",
+            "activation": "swiglu", "bias": false})",
+       R"({"d_model": 256, "d_ff": 768, "n_heads": 4, "n_layers": 3, "tied_embeddings": false, "positions": "learned"})"}) {
+    auto m = random_model(config(cfg), 5);
+    for (const auto type : {GgufExportType::Q4_0, GgufExportType::Q8_0, GgufExportType::BF16, GgufExportType::F32}) {
+      SCOPED_TRACE(std::string(cfg) + " " + std::to_string(static_cast<int>(type)));
+      export_gguf(path("r.gguf"), *m, tok, "", type);
+      LoadedModel lm = load_model(path("r.gguf"));
+      Model& q = *lm.model;
+      const auto ids = some_ids(19, 256);
+      auto decode = [&] {  // token by token through the cache: the last token's logits
+        std::vector<float> one(static_cast<size_t>(q.config().vocab_size));
+        KVCache cache = q.make_cache(1, static_cast<int64_t>(ids.size()));
+        for (const TokenId t : ids) q.forward_cached(one.data(), &t, 1, 1, nullptr, cache, false);
+        return one;
+      };
+      const auto before = logits_of(q, ids), decoded = decode();
+      // The float bytes of the matrices kept stored (a tied embedding among them).
+      double stored_floats = 0;
+      for (const auto& e : q.params().entries()) {
+        const bool matrix = e.shape.rank() == 2 && e.name != "pos_embeddings.weight";
+        const bool tied_or_matrix = e.name != "tok_embeddings.weight" || q.config().tied_embeddings;
+        if (matrix && tied_or_matrix && type != GgufExportType::F32) stored_floats += 4.0 * e.shape.numel();
+      }
+      const int64_t resident = resident_bytes();
+      q.release_float_copies();
+      const int64_t freed = resident - resident_bytes();
+      EXPECT_TRUE(q.float_copies_released());
+      EXPECT_EQ(logits_of(q, ids), before);
+      EXPECT_EQ(decode(), decoded);
+      EXPECT_ERROR(q.params(), ErrorKind::Internal, "", "given back");
+      // (3 layers of 256-wide matrices: 3.1 to 4.7 MB of floats, and 256 KB more when tied)
+      if (type == GgufExportType::F32) {
+        EXPECT_LT(std::abs(freed), 1 << 20) << "an F32 file keeps its floats: the forward reads them";
+      } else {
+        EXPECT_GT(static_cast<double>(freed), 0.8 * stored_floats) << freed << " of " << stored_floats;
+      }
     }
   }
 }

@@ -51,4 +51,17 @@ void advise_huge_pages(void* p, std::size_t bytes) {
 #endif
 }
 
+void release_pages(void* p, std::size_t bytes) {
+#if defined(__linux__)
+  const auto page = static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE));
+  const auto begin = reinterpret_cast<std::uintptr_t>(p), end = begin + bytes;
+  const std::uintptr_t first = (begin + page - 1) / page * page, last = end / page * page;
+  if (p != nullptr && last > first)
+    (void)::madvise(static_cast<char*>(p) + (first - begin), last - first, MADV_DONTNEED);
+#else
+  (void)p;
+  (void)bytes;
+#endif
+}
+
 }  // namespace tformer

@@ -33,4 +33,9 @@ void assign_on_huge_pages(Vec& v, std::size_t n, const typename Vec::value_type&
   v.assign(n, value);
 }
 
+// Gives the pages wholly inside [p, p + bytes) back to the system (madvise(MADV_DONTNEED)): they
+// stop counting towards the process's memory, and read as zeros if touched again. For buffers that
+// will not be read again (BasicModel::release_float_copies). Does nothing off Linux; never fails.
+void release_pages(void* p, std::size_t bytes);
+
 }  // namespace tformer

@@ -13,6 +13,7 @@
 #include "kernels/flash_attention.h"
 #include "kernels/linear.h"
 #include "kernels/norm.h"
+#include "kernels/qlinear.h"
 #include "kernels/rope.h"
 
 namespace tformer {
@@ -126,9 +127,18 @@ void decoder_norm_backward(T* dx, T* dw, T* db, const T* dy, const T* x, const T
 
 template <typename T>
 void embed_forward(T* x, const TokenId* ids, const int64_t* positions, int64_t rows, const ModelParams<T>& p,
-                   const T* sinusoidal, const ModelConfig& c) {
+                   const T* sinusoidal, const ModelConfig& c, const Weight<T>* stored_rows) {
   const int64_t d = c.d_model;
-  embedding_forward<T>(x, ids, p.tok_embeddings, rows, c.vocab_size, d);
+  if constexpr (std::is_same_v<T, float>) {
+    if (stored_rows) {
+      for (int64_t r = 0; r < rows; ++r) {
+        TF_CHECK(ids[r] >= 0 && ids[r] < c.vocab_size, "embedding: token id {} outside the vocabulary of {}", ids[r],
+                 c.vocab_size);
+        dequantize_weight_rows(x + r * d, *stored_rows, ids[r], ids[r] + 1);
+      }
+    }
+  }
+  if (!stored_rows) embedding_forward<T>(x, ids, p.tok_embeddings, rows, c.vocab_size, d);
   const T* table = c.positions == Positions::Learned      ? p.pos_embeddings
                    : c.positions == Positions::Sinusoidal ? sinusoidal
                                                           : nullptr;
@@ -382,7 +392,7 @@ void layer_backward(T* dx, const LayerGrads<T>& g, const LayerActs<T>& a, const 
   template void decoder_norm_backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, int64_t,      \
                                          const ModelConfig&);                                                        \
   template void embed_forward<T>(T*, const TokenId*, const int64_t*, int64_t, const ModelParams<T>&, const T*,       \
-                                 const ModelConfig&);                                                                \
+                                 const ModelConfig&, const Weight<T>*);                                              \
   template std::vector<T> sinusoidal_table<T>(const ModelConfig&);                                                   \
   template void embed_backward<T>(const ModelGrads<T>&, const T*, const TokenId*, const int64_t*, int64_t,           \
                                   const ModelConfig&);                                                               \

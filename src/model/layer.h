@@ -202,10 +202,12 @@ void decoder_norm_backward(T* dx, T* dw, T* db, const T* dy, const T* x, const T
                            int64_t rows, const ModelConfig& c);
 
 // The decoder's input: x (rows, d_model) = tok_embeddings[ids] + the position's row of the
-// learned table or of `sinusoidal` (context_length, d_model); nothing added for rope / none.
+// learned table or of `sinusoidal` (context_length, d_model); nothing added for rope / none. With
+// `stored_rows` (float models whose tied embedding is kept only as a stored matrix), the token rows
+// are that matrix's rows dequantized (dequantize_weight_rows: the values the arena held).
 template <typename T>
 void embed_forward(T* x, const TokenId* ids, const int64_t* positions, int64_t rows, const ModelParams<T>& p,
-                   const T* sinusoidal, const ModelConfig& c);
+                   const T* sinusoidal, const ModelConfig& c, const Weight<T>* stored_rows = nullptr);
 // Its backward: dtok_embeddings[ids] += dx; dpos_embeddings[positions] += dx (learned).
 template <typename T>
 void embed_backward(const ModelGrads<T>& g, const T* dx, const TokenId* ids, const int64_t* positions, int64_t rows,

@@ -80,6 +80,25 @@ void BasicModel<T>::set_stored_weight(const std::string& name, WeightType type, 
 }
 
 template <typename T>
+void BasicModel<T>::release_float_copies() {
+  TF_CHECK((std::is_same_v<T, float>), "release_float_copies: float models only");
+  if (float_copies_released_) return;
+  auto give_back = [&](const std::string& name) {
+    if (const auto* e = params_.find(name))
+      release_pages(params_.data() + e->offset, static_cast<size_t>(e->shape.numel()) * sizeof(T));
+  };
+  visit_model_tensors(weights_, config_, [&](const std::string& n, const Shape&, auto& field) {
+    if constexpr (std::is_same_v<std::decay_t<decltype(field)>, Weight<T>>)
+      if (field.present() && !field.is_dense()) give_back(n);
+  });
+  if (config_.tied_embeddings && weights_.output.present() && !weights_.output.is_dense()) {
+    give_back("tok_embeddings.weight");
+    embed_from_output_ = true;
+  }
+  float_copies_released_ = true;
+}
+
+template <typename T>
 void BasicModel<T>::reserve_stored_weights(int64_t bytes) {
   TF_CHECK(bytes >= 0 && !stored_placed_, "reserve_stored_weights: {} bytes after stored weights were set", bytes);
   reserve_on_huge_pages(stored_arena_, static_cast<size_t>(bytes));
@@ -257,7 +276,8 @@ void BasicModel<T>::forward_cached(T* logits, const TokenId* ids, int64_t batch,
       w.ids[b * n + t] = t < w.n_valid[b] ? ids[b * n + t] : 0;
     }
   }
-  embed_forward<T>(w.x, w.ids.data(), w.positions.data(), rows, weights_, sinusoidal_.data(), c);
+  embed_forward<T>(w.x, w.ids.data(), w.positions.data(), rows, weights_, sinusoidal_.data(), c,
+                   embed_from_output_ ? &weights_.output : nullptr);
 
   const LayerStep step{batch, n, w.positions.data(), attention_kernel_};
   LayerKV<T> kv{{}, {}, w.start.data(), w.n_valid.data(), w.kv_len.data(), n_kv};

@@ -36,7 +36,13 @@ class BasicModel {
   const ModelConfig& config() const { return config_; }
   void set_attention_kernel(AttentionKernel k) { attention_kernel_ = k; }
   AttentionKernel attention_kernel() const { return attention_kernel_; }
-  BasicArena<T>& params() { return params_; }
+  // The parameter arena (an Error once release_float_copies has given its stored matrices' values back).
+  BasicArena<T>& params() {
+    TF_CHECK(!float_copies_released_,
+             "the model's parameter arena was given back (release_float_copies: an inference-only load of stored "
+             "weights); load the file again to train, export or convert it");
+    return params_;
+  }
   // Typed views of every parameter (layer i's are weights().layers[i]).
   const ModelParams<T>& weights() const { return weights_; }
   int64_t n_params() const;
@@ -79,9 +85,17 @@ class BasicModel {
   // a tied model, whose output projection it is) from `bytes` in a stored type (kernels/qlinear.h:
   // F16, BF16, Q8_0, Q4_0, row-major, [rows][row bytes]) rather than from the arena: the forward
   // then reads the weight as it is stored. The arena keeps its dequantized values, which the
-  // embedding lookup, training (--init-from) and export read. float models only; an Error for a
-  // name that is no matrix or bytes of the wrong size.
+  // embedding lookup, training (--init-from) and export read (until release_float_copies). float models only; an Error
+  // for a name that is no matrix or bytes of the wrong size.
   void set_stored_weight(const std::string& name, WeightType type, std::vector<uint8_t> bytes);
+  // For inference alone (generate, logits, eval, serve): gives back to the system the pages of the
+  // arena's float32 values of every matrix kept in a stored type, which the forward never reads (a
+  // tied embedding kept stored is then looked up from its stored rows, dequantized as the arena
+  // held them: the same logits, bit for bit). A quantized file then costs its stored bytes, not
+  // its float32 size too. After it params() is an Error (training, export and conversion read the
+  // float values). Float models only; once is enough.
+  void release_float_copies();
+  bool float_copies_released() const { return float_copies_released_; }
   // Room for `bytes` of stored weights in one buffer backed by 2 MB pages (core/memory.h), which
   // the set_stored_weight calls that follow fill in order (a loader that knows its files' sizes
   // calls this first): decode reads every stored byte a token, and spread over one allocation a
@@ -122,8 +136,10 @@ class BasicModel {
   ModelParams<T> weights_;
   std::vector<std::vector<uint8_t>> stored_;  // the buffers of set_stored_weight past the reserved room
   std::vector<uint8_t, AlignedAllocator<uint8_t>> stored_arena_;  // reserve_stored_weights' room
-  bool stored_placed_ = false;  // a stored weight was set (the room may no longer move)
-  std::vector<T> sinusoidal_;   // [context_length, d_model] when positions = sinusoidal
+  bool stored_placed_ = false;          // a stored weight was set (the room may no longer move)
+  bool float_copies_released_ = false;  // release_float_copies ran
+  bool embed_from_output_ = false;      // token rows from the stored (tied) output matrix
+  std::vector<T> sinusoidal_;           // [context_length, d_model] when positions = sinusoidal
   AttentionKernel attention_kernel_ = AttentionKernel::Tiled;
   T* keep_probs_ = nullptr;  // attention_probabilities' output while it runs
   Workspace ws_;
