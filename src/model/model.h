@@ -85,8 +85,8 @@ class BasicModel {
   // a tied model, whose output projection it is) from `bytes` in a stored type (kernels/qlinear.h:
   // F16, BF16, Q8_0, Q4_0, row-major, [rows][row bytes]) rather than from the arena: the forward
   // then reads the weight as it is stored. The arena keeps its dequantized values, which the
-  // embedding lookup, training (--init-from) and export read (until release_float_copies). float models only; an Error
-  // for a name that is no matrix or bytes of the wrong size.
+  // embedding lookup, training (--init-from) and export read (until release_float_copies). float
+  // models only; an Error for a name that is no matrix or bytes of the wrong size.
   void set_stored_weight(const std::string& name, WeightType type, std::vector<uint8_t> bytes);
   // For inference alone (generate, logits, eval, serve): gives back to the system the pages of the
   // arena's float32 values of every matrix kept in a stored type, which the forward never reads (a
