@@ -476,6 +476,54 @@ TEST_F(GgufModelTest, GivingBackTheFloatCopiesKeepsTheLogitsAndFreesTheirMemory)
   }
 }
 
+// An inference-only load (model/checkpoint.h) writes no float32 copy of the matrices it keeps
+// stored: the same logits as a full load, bit for bit; a memory limit that the float32 weights pass
+// but the stored ones do not stop it (where it stops the full load, naming the sizes); its
+// resident memory stays below the float32 weights; an F32 file loads as always.
+TEST_F(GgufModelTest, AnInferenceOnlyLoadHoldsTheStoredBytesNotTheirFloats) {
+  const auto tok = CharTokenizer::bytes();
+  for (
+      const char* cfg :
+      {R"({"d_model": 256, "d_ff": 1024, "n_heads": 4, "n_layers": 4, "norm": "rmsnorm", "positions": "rope",
+            "activation": "swiglu", "bias": false, "n_kv_heads": 2})",
+       R"({"d_model": 256, "d_ff": 768, "n_heads": 4, "n_layers": 4, "tied_embeddings": false, "positions": "learned"})"}) {
+    auto m = random_model(config(cfg), 6);
+    const double floats = float32_param_bytes(m->config());
+    for (const auto type : {GgufExportType::Q4_0, GgufExportType::Q8_0, GgufExportType::BF16, GgufExportType::F32}) {
+      SCOPED_TRACE(std::string(cfg) + " " + std::to_string(static_cast<int>(type)));
+      export_gguf(path("i.gguf"), *m, tok, "", type);
+      const auto ids = some_ids(17, 256);
+      std::vector<float> full;
+      {
+        LoadedModel lm = load_model(path("i.gguf"));
+        full = logits_of(*lm.model, ids);
+      }
+      const int64_t before = resident_bytes();
+      LoadedModel lean = load_model(path("i.gguf"), {.inference_only = true});
+      const int64_t held = resident_bytes() - before;
+      EXPECT_TRUE(lean.model->float_copies_released());
+      EXPECT_EQ(logits_of(*lean.model, ids), full);
+      EXPECT_ERROR(lean.model->params(), ErrorKind::Internal, "", "given back");
+      if (type == GgufExportType::F32) {
+        EXPECT_GT(static_cast<double>(held), 0.8 * floats);  // the forward reads the floats
+        continue;
+      }
+      // (16 and about 11 MB of float32 weights, most of them in the matrices; Q8_0 holds about a
+      // quarter of their bytes, Q4_0 an eighth, BF16 a half)
+      EXPECT_LT(static_cast<double>(held), (type == GgufExportType::BF16 ? 0.65 : 0.45) * floats) << held;
+      // A limit the float32 weights pass: the full load refused, naming the size; the lean one fits.
+      const auto limit = static_cast<uint64_t>(0.7 * floats);
+      ASSERT_EQ(setenv("TFORMER_MEMORY_LIMIT", std::to_string(limit).c_str(), 1), 0);
+      EXPECT_ERROR(load_model(path("i.gguf")), ErrorKind::BadFile, path("i.gguf"), "float32 weights take");
+      if (type != GgufExportType::BF16) {
+        LoadedModel fits = load_model(path("i.gguf"), {.inference_only = true});
+        EXPECT_EQ(logits_of(*fits.model, ids), full);
+      }
+      unsetenv("TFORMER_MEMORY_LIMIT");
+    }
+  }
+}
+
 TEST_F(GgufModelTest, StoredWeightsAreCheckedAndCountedAsTheyAreRead) {
   auto m = random_model(config(R"({"d_model": 64, "d_ff": 96, "n_heads": 2})"), 3);
   const ModelConfig& c = m->config();

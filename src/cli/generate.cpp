@@ -30,8 +30,7 @@ struct GenerateArgs {
 
 void run_generate(const GenerateArgs& a) {
   set_num_threads(a.threads);
-  LoadedModel lm = load_model(a.model);
-  lm.model->release_float_copies();  // inference only: a quantized file costs its own bytes
+  LoadedModel lm = load_model(a.model, {.inference_only = true});  // a quantized file costs its own bytes
   lm.model->set_attention_kernel(parse_attention_kernel(a.attention));
   if (!lm.tokenizer) fail_file(a.model, "{}: the model file carries no tokenizer; generation needs one", a.model);
   const Tokenizer& tok = *lm.tokenizer;
@@ -125,9 +124,8 @@ struct LogitsArgs {
 
 void run_logits(const LogitsArgs& a) {
   set_num_threads(a.threads);
-  LoadedModel lm = load_model(a.model);
+  LoadedModel lm = load_model(a.model, {.inference_only = true});  // (model/checkpoint.h)
   Model& m = *lm.model;
-  m.release_float_copies();  // inference only (model/model.h)
   m.set_attention_kernel(parse_attention_kernel(a.attention));
   const auto ids = parse_logits_tokens(a.tokens);
   if (ids.empty()) fail_input("--tokens", "--tokens: no token ids");

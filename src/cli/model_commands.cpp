@@ -54,8 +54,7 @@ struct EvalOptions {
 // so every token but the file's first is scored exactly once.
 void run_eval(const EvalOptions& o) {
   set_num_threads(o.threads);
-  LoadedModel lm = load_model(o.model);
-  lm.model->release_float_copies();  // inference only (model/model.h)
+  LoadedModel lm = load_model(o.model, {.inference_only = true});  // (model/checkpoint.h)
   lm.model->set_attention_kernel(parse_attention_kernel(o.attention));
   if (!lm.tokenizer) fail_file(o.model, "{}: the model file carries no tokenizer", o.model);
   std::vector<TokenId> ids;

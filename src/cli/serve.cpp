@@ -84,8 +84,7 @@ void run_serve(const ServeArgs& a) {
   }
 
   set_num_threads(a.threads);
-  LoadedModel lm = load_model(a.model);
-  lm.model->release_float_copies();  // inference only: a quantized file costs its own bytes (model/model.h)
+  LoadedModel lm = load_model(a.model, {.inference_only = true});  // a quantized file costs its own bytes
   lm.model->set_attention_kernel(parse_attention_kernel(a.attention));
   if (!lm.tokenizer) fail_file(a.model, "{}: the model file carries no tokenizer; serving needs one", a.model);
   api.model_chat_template = lm.chat_template;

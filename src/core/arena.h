@@ -39,9 +39,17 @@ class BasicArena {
     entries_.push_back({std::move(name), shape, size_});
     size_ += shape.numel();
   }
-  // One allocation for every declared tensor, zero-filled, backed by 2 MB pages where the system
-  // has them (advised before the zeros touch it: core/memory.h).
-  void allocate() { assign_on_huge_pages(storage_, static_cast<size_t>(size_), T(0)); }
+  // One allocation for every declared tensor, zero, backed by 2 MB pages where the system has them
+  // (core/memory.h): fresh pages from the system, not written here, so a tensor nobody writes (a
+  // matrix an inference-only load keeps only in its stored type) costs no memory.
+  void allocate() {
+    if (!storage_.empty()) {  // allocated already: zeroed again, as a fresh one is
+      zero();
+      return;
+    }
+    reserve_on_huge_pages(storage_, static_cast<size_t>(size_));
+    storage_.resize(static_cast<size_t>(size_));
+  }
   // Frees the storage, keeping the layout (allocate() brings it back, zeroed).
   void release() {
     storage_.clear();
@@ -85,7 +93,7 @@ class BasicArena {
   std::vector<Entry> entries_;
   std::unordered_map<std::string, size_t> index_;
   int64_t size_ = 0;
-  std::vector<T, AlignedAllocator<T>> storage_;
+  std::vector<T, ZeroedPagesAllocator<T>> storage_;
 };
 
 using Arena = BasicArena<float>;

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <new>
 #include <string>
 
 namespace tformer {
@@ -49,6 +50,17 @@ void advise_huge_pages(void* p, std::size_t bytes) {
   (void)p;
   (void)bytes;
 #endif
+}
+
+void* allocate_zeroed_pages(std::size_t bytes) {
+  if (bytes == 0) bytes = 1;
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
+  return p;
+}
+
+void free_zeroed_pages(void* p, std::size_t bytes) noexcept {
+  if (p != nullptr) (void)::munmap(p, bytes == 0 ? 1 : bytes);
 }
 
 void release_pages(void* p, std::size_t bytes) {

@@ -4,6 +4,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <new>
+#include <type_traits>
+#include <utility>
 
 namespace tformer {
 
@@ -32,6 +35,36 @@ void assign_on_huge_pages(Vec& v, std::size_t n, const typename Vec::value_type&
   reserve_on_huge_pages(v, n);
   v.assign(n, value);
 }
+
+// Memory straight from the system's fresh pages (mmap: zero-filled, page-aligned) and its return
+// (munmap); std::bad_alloc when the system refuses. Until written, such pages cost no memory.
+void* allocate_zeroed_pages(std::size_t bytes);
+void free_zeroed_pages(void* p, std::size_t bytes) noexcept;
+
+// An allocator of such memory whose value-initialising construct writes nothing (the pages are
+// zero already): a vector of it resized to n holds n zeros that cost no memory until written (the
+// arenas: a model's float copy of a matrix it keeps stored is never touched by an inference-only
+// load). Trivial element types only, whose zero is all zero bits.
+template <typename T>
+struct ZeroedPagesAllocator {
+  static_assert(std::is_trivially_copyable_v<T> && std::is_arithmetic_v<T>, "arithmetic elements only");
+  using value_type = T;
+  ZeroedPagesAllocator() = default;
+  template <typename U>
+  ZeroedPagesAllocator(const ZeroedPagesAllocator<U>&) noexcept {}
+  T* allocate(std::size_t n) { return static_cast<T*>(allocate_zeroed_pages(n * sizeof(T))); }
+  void deallocate(T* p, std::size_t n) noexcept { free_zeroed_pages(p, n * sizeof(T)); }
+  template <typename U>
+  void construct(U* /*p*/) noexcept {}  // value-initialised: zero, as the fresh page is
+  template <typename U, typename... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+  template <typename U>
+  bool operator==(const ZeroedPagesAllocator<U>&) const noexcept {
+    return true;
+  }
+};
 
 // Gives the pages wholly inside [p, p + bytes) back to the system (madvise(MADV_DONTNEED)): they
 // stop counting towards the process's memory, and read as zeros if touched again. For buffers that

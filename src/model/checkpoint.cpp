@@ -29,8 +29,8 @@ std::unique_ptr<Tokenizer> tokenizer_by_name_or_model(const std::string& name, c
   return tokenizer_by_name(name, gpt2_dir);
 }
 
-LoadedModel load_model(const std::string& path) {
-  if (is_gguf_file(path)) return load_gguf_model(path);
+LoadedModel load_model(const std::string& path, LoadOptions options) {
+  if (is_gguf_file(path)) return load_gguf_model(path, options);
   const SafetensorsFile file = SafetensorsFile::open(path);
   const nlohmann::json config_json = file.metadata_json("config", "not a tformer model file");
   ModelConfig config = ModelConfig::from_json(config_json, path + ": __metadata__ config");
@@ -56,6 +56,7 @@ LoadedModel load_model(const std::string& path) {
   }
   if (const auto it = file.metadata().find("chat_template"); it != file.metadata().end())
     out.chat_template = it->second;
+  if (options.inference_only) out.model->release_float_copies();
   return out;
 }
 

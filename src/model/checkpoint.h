@@ -17,6 +17,16 @@ struct LoadedModel {
   std::string chat_template;             // empty when the file carries none
 };
 
+// inference_only (generate, logits, eval, serve): the model will only run forward passes, so the
+// matrices a file keeps in a stored type (F16, BF16, Q8_0, Q4_0) never get float32 copies: the
+// load writes none (their arena pages stay untouched, costing no memory), the memory check counts
+// the stored bytes instead of their float32 size, and the model comes back with its float copies
+// released (BasicModel::release_float_copies: params() is then an Error). A file of float32
+// weights loads as always.
+struct LoadOptions {
+  bool inference_only = false;
+};
+
 // The tokenizer a model file carries (its header only is read; a GGUF file is read whole): an
 // Error naming the file when it carries none.
 std::unique_ptr<Tokenizer> load_model_tokenizer(const std::string& path);
@@ -34,6 +44,6 @@ void save_model(const std::string& path, Model& model, const Tokenizer* tokenize
 // Validates the whole file first: metadata present and parseable, every tensor the config implies
 // present with its shape, nothing extra. Errors name the file and the tensor or key. A GGUF file
 // (known by its magic, whatever its name) is read by load_gguf_model (model/gguf_model.h).
-LoadedModel load_model(const std::string& path);
+LoadedModel load_model(const std::string& path, LoadOptions options = {});
 
 }  // namespace tformer

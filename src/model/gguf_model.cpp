@@ -868,7 +868,7 @@ std::unique_ptr<Tokenizer> gguf_tokenizer(const GgufFile& f, const GgufReader& r
 
 }  // namespace
 
-LoadedModel load_gguf_model(const std::string& path) {
+LoadedModel load_gguf_model(const std::string& path, LoadOptions options) {
   const GgufFile f = GgufFile::open(path);
   const GgufReader r(f);
   const GgufValue& arch_value = r.value("general.architecture");
@@ -954,7 +954,26 @@ LoadedModel load_gguf_model(const std::string& path) {
 
   // Every tensor the file has must be one the config accounts for.
   const int64_t d = c.d_model, hd = c.head_dim(), dq = c.n_heads * hd, dkv = c.n_kv_heads * hd;
-  check_params_fit_in_memory(c, path);
+  // The matrices kept in their stored type (keep, below): every block or half-precision tensor
+  // but the token embedding of an untied model, which the lookup reads as float32.
+  auto kept_type = [](uint32_t t) {
+    const auto type = static_cast<GgmlType>(t);
+    return type == GgmlType::F16 || type == GgmlType::BF16 || type == GgmlType::Q8_0 || type == GgmlType::Q4_0;
+  };
+  const bool lean = options.inference_only;
+  if (lean) {
+    // An inference-only load holds the stored bytes in place of those matrices' float32 values.
+    double bytes = float32_param_bytes(c);
+    for (const GgufTensor& t : f.tensors()) {
+      const bool matrix = t.name != "position_embd.weight" && t.ne.size() == 2;
+      if (!kept_type(t.type) || !matrix || (t.name == "token_embd.weight" && !c.tied_embeddings)) continue;
+      if (t.name == "output.weight" && c.tied_embeddings) continue;  // (stablelm's second copy: read, compared)
+      bytes += static_cast<double>(t.nbytes) - 4.0 * static_cast<double>(t.ne[0]) * static_cast<double>(t.ne[1]);
+    }
+    check_bytes_fit_in_memory(bytes, path, "the model's float32 weights, its stored matrices in their own types,");
+  } else {
+    check_params_fit_in_memory(c, path);
+  }
 
   // The tokenizer before the weights: every key is checked before anything large is allocated.
   LoadedModel out;
@@ -1014,8 +1033,14 @@ LoadedModel load_gguf_model(const std::string& path) {
   // that type too (rows row0.. of the file's tensor, q and k rows in the model's pairing): the
   // forward reads it as stored (kernels/qlinear.h); the arena's dequantized values serve the
   // embedding lookup, training and export.
-  auto keep = [&](const std::string& gguf_name, const std::string& name, int64_t row0, int64_t rows, int64_t heads) {
-    const GgufTensor& t = f.tensor(gguf_name);
+  // True when the matrix is kept stored; an inference-only load then writes no float32 copy of it
+  // (each copy below is skipped when lean and kept).
+  // `shape` is the whole tensor's, checked as the float copy checks it (a file whose tensor is not
+  // that shape is refused naming both).
+  auto keep = [&](const std::string& gguf_name, const std::string& name, const std::vector<int64_t>& shape,
+                  int64_t row0, int64_t rows, int64_t heads) -> bool {
+    const GgufTensor& t = tensor_of_shape(f, gguf_name, shape);
+    used[gguf_name] = true;
     std::optional<WeightType> type;
     switch (static_cast<GgmlType>(t.type)) {
       case GgmlType::F16:
@@ -1031,18 +1056,28 @@ LoadedModel load_gguf_model(const std::string& path) {
         type = WeightType::Q4_0;
         break;
       default:
-        return;
+        return false;
     }
     const int64_t row_bytes = weight_row_bytes(*type, t.ne[0]);
     std::vector<uint8_t> all(static_cast<size_t>(t.nbytes));
     f.read_bytes(t, all.data(), t.nbytes);
-    TF_CHECK((row0 + rows) * row_bytes <= static_cast<int64_t>(all.size()), "gguf import: {} is short", gguf_name);
+    if ((row0 + rows) * row_bytes > static_cast<int64_t>(all.size()))
+      fail_file(gguf_name, "{}: tensor {} holds {} bytes, short of {} rows of {}", path, gguf_name, all.size(),
+                row0 + rows, row_bytes);
     std::vector<uint8_t> bytes(all.begin() + row0 * row_bytes, all.begin() + (row0 + rows) * row_bytes);
     if (heads > 0 && permute) bytes = permute_rope_rows(bytes.data(), heads, hd, row_bytes, !neox);
     out.model->set_stored_weight(name, *type, std::move(bytes));
+    return true;
   };
-  copy("token_embd.weight", "tok_embeddings.weight", {c.vocab_size, d});
-  if (c.tied_embeddings) keep("token_embd.weight", "tok_embeddings.weight", 0, c.vocab_size, 0);
+  // A matrix copied as float32 and kept stored: the copy skipped when lean and kept.
+  auto copy_keep = [&](const std::string& gguf_name, const std::string& name, const std::vector<int64_t>& shape,
+                       int64_t rows) {
+    if (!keep(gguf_name, name, shape, 0, rows, 0) || !lean) copy(gguf_name, name, shape);
+  };
+  if (c.tied_embeddings)
+    copy_keep("token_embd.weight", "tok_embeddings.weight", {c.vocab_size, d}, c.vocab_size);
+  else
+    copy("token_embd.weight", "tok_embeddings.weight", {c.vocab_size, d});
   if (c.positions == Positions::Learned) copy("position_embd.weight", "pos_embeddings.weight", {c.context_length, d});
   auto rope_rows = [&](std::vector<float> v, int64_t heads, int64_t cols) {
     return permute ? permute_rope_rows(v.data(), heads, hd, cols, !neox) : v;
@@ -1055,20 +1090,21 @@ LoadedModel load_gguf_model(const std::string& path) {
       copy(g + "attn_norm.bias", t + "attn_norm.bias", {d});
       copy(g + "ffn_norm.bias", t + "ffn_norm.bias", {d});
     }
-    copy(g + "attn_output.weight", t + "attn.wo.weight", {d, dq});
-    keep(g + "attn_output.weight", t + "attn.wo.weight", 0, d, 0);
-    copy(g + "ffn_down.weight", t + "ffn.w2.weight", {d, c.d_ff});
-    keep(g + "ffn_down.weight", t + "ffn.w2.weight", 0, d, 0);
+    copy_keep(g + "attn_output.weight", t + "attn.wo.weight", {d, dq}, d);
+    copy_keep(g + "ffn_down.weight", t + "ffn.w2.weight", {d, c.d_ff}, d);
     if (fused) {
       bias(g + "attn_norm.bias", t + "attn_norm.bias", {d});
       bias(g + "ffn_norm.bias", t + "ffn_norm.bias", {d});
-      const auto qkv = take(g + "attn_qkv.weight", {dq + 2 * dkv, d});
-      put(t + "attn.wq.weight", qkv, 0);
-      put(t + "attn.wk.weight", qkv, static_cast<size_t>(dq * d));
-      put(t + "attn.wv.weight", qkv, static_cast<size_t>((dq + dkv) * d));
-      keep(g + "attn_qkv.weight", t + "attn.wq.weight", 0, dq, 0);
-      keep(g + "attn_qkv.weight", t + "attn.wk.weight", dq, dkv, 0);
-      keep(g + "attn_qkv.weight", t + "attn.wv.weight", dq + dkv, dkv, 0);
+      const std::vector<int64_t> qkv_shape = {dq + 2 * dkv, d};
+      const bool kept = keep(g + "attn_qkv.weight", t + "attn.wq.weight", qkv_shape, 0, dq, 0);
+      keep(g + "attn_qkv.weight", t + "attn.wk.weight", qkv_shape, dq, dkv, 0);
+      keep(g + "attn_qkv.weight", t + "attn.wv.weight", qkv_shape, dq + dkv, dkv, 0);
+      if (!(lean && kept)) {
+        const auto qkv = take(g + "attn_qkv.weight", {dq + 2 * dkv, d});
+        put(t + "attn.wq.weight", qkv, 0);
+        put(t + "attn.wk.weight", qkv, static_cast<size_t>(dq * d));
+        put(t + "attn.wv.weight", qkv, static_cast<size_t>((dq + dkv) * d));
+      }
       if (gpt2 || f.find_tensor(g + "attn_qkv.bias")) {
         const auto qkv_b = take(g + "attn_qkv.bias", {dq + 2 * dkv});
         put(t + "attn.wq.bias", qkv_b, 0);
@@ -1076,25 +1112,20 @@ LoadedModel load_gguf_model(const std::string& path) {
         put(t + "attn.wv.bias", qkv_b, static_cast<size_t>(dq + dkv));
       }
       bias(g + "attn_output.bias", t + "attn.wo.bias", {d});
-      copy(g + "ffn_up.weight", t + "ffn.w1.weight", {c.d_ff, d});
-      keep(g + "ffn_up.weight", t + "ffn.w1.weight", 0, c.d_ff, 0);
+      copy_keep(g + "ffn_up.weight", t + "ffn.w1.weight", {c.d_ff, d}, c.d_ff);
       bias(g + "ffn_up.bias", t + "ffn.w1.bias", {c.d_ff});
       bias(g + "ffn_down.bias", t + "ffn.w2.bias", {d});
     } else {
-      put(t + "attn.wq.weight", rope_rows(take(g + "attn_q.weight", {dq, d}), c.n_heads, d));
-      put(t + "attn.wk.weight", rope_rows(take(g + "attn_k.weight", {dkv, d}), c.n_kv_heads, d));
-      copy(g + "attn_v.weight", t + "attn.wv.weight", {dkv, d});
-      keep(g + "attn_q.weight", t + "attn.wq.weight", 0, dq, c.n_heads);
-      keep(g + "attn_k.weight", t + "attn.wk.weight", 0, dkv, c.n_kv_heads);
-      keep(g + "attn_v.weight", t + "attn.wv.weight", 0, dkv, 0);
+      const bool kept_q = keep(g + "attn_q.weight", t + "attn.wq.weight", {dq, d}, 0, dq, c.n_heads);
+      const bool kept_k = keep(g + "attn_k.weight", t + "attn.wk.weight", {dkv, d}, 0, dkv, c.n_kv_heads);
+      if (!(lean && kept_q)) put(t + "attn.wq.weight", rope_rows(take(g + "attn_q.weight", {dq, d}), c.n_heads, d));
+      if (!(lean && kept_k)) put(t + "attn.wk.weight", rope_rows(take(g + "attn_k.weight", {dkv, d}), c.n_kv_heads, d));
+      copy_keep(g + "attn_v.weight", t + "attn.wv.weight", {dkv, d}, dkv);
       if (starcoder2) {
-        copy(g + "ffn_up.weight", t + "ffn.w1.weight", {c.d_ff, d});
-        keep(g + "ffn_up.weight", t + "ffn.w1.weight", 0, c.d_ff, 0);
+        copy_keep(g + "ffn_up.weight", t + "ffn.w1.weight", {c.d_ff, d}, c.d_ff);
       } else {
-        copy(g + "ffn_gate.weight", t + "ffn.w1.weight", {c.d_ff, d});
-        copy(g + "ffn_up.weight", t + "ffn.w3.weight", {c.d_ff, d});
-        keep(g + "ffn_gate.weight", t + "ffn.w1.weight", 0, c.d_ff, 0);
-        keep(g + "ffn_up.weight", t + "ffn.w3.weight", 0, c.d_ff, 0);
+        copy_keep(g + "ffn_gate.weight", t + "ffn.w1.weight", {c.d_ff, d}, c.d_ff);
+        copy_keep(g + "ffn_up.weight", t + "ffn.w3.weight", {c.d_ff, d}, c.d_ff);
       }
       // Each bias the file has (a missing one stays zero; starcoder2's output and feed-forward
       // ones must be there); q and k in the model's row order.
@@ -1117,8 +1148,7 @@ LoadedModel load_gguf_model(const std::string& path) {
   if (fused) bias("output_norm.bias", "norm.bias", {d});
   if (neox) copy("output_norm.bias", "norm.bias", {d});
   if (!c.tied_embeddings) {
-    copy("output.weight", "output.weight", {c.vocab_size, d});
-    keep("output.weight", "output.weight", 0, c.vocab_size, 0);
+    copy_keep("output.weight", "output.weight", {c.vocab_size, d}, c.vocab_size);
   }
   if (tied_again && f.find_tensor("output.weight")) {
     // Written twice for stablelm: it must be the embedding again.
@@ -1133,7 +1163,7 @@ LoadedModel load_gguf_model(const std::string& path) {
     if (!was_used)
       fail_unsupported(name, "{}: tensor {} is not part of llama.cpp's {} architecture as tformer computes it", path,
                        name, arch);
-
+  if (lean) out.model->release_float_copies();
   return out;
 }
 

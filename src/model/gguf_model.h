@@ -95,8 +95,9 @@ bool is_gguf_file(const std::string& path);
 
 // A model and its tokenizer from a GGUF file of architecture gpt2, mpt, llama, stablelm or starcoder2. Validates every
 // key and tensor first, and refuses a model whose float32 weights exceed the memory available, naming the size, before
-// allocating them.
-LoadedModel load_gguf_model(const std::string& path);
+// allocating them (inference_only: the memory it will hold, its stored matrices' bytes in place of their float32
+// size; model/checkpoint.h).
+LoadedModel load_gguf_model(const std::string& path, LoadOptions options = {});
 // Only the tokenizer of a GGUF file (its metadata; no weight is read). Null when it names none.
 std::unique_ptr<Tokenizer> load_gguf_tokenizer(const std::string& path);
 

@@ -29,13 +29,15 @@ double float32_param_bytes(const ModelConfig& config) {
 }
 
 void check_params_fit_in_memory(const ModelConfig& config, const std::string& source) {
-  const double bytes = float32_param_bytes(config);
+  check_bytes_fit_in_memory(float32_param_bytes(config), source, "the model's float32 weights");
+}
+
+void check_bytes_fit_in_memory(double bytes, const std::string& source, const std::string& what) {
   const uint64_t available = available_memory_bytes();
   if (bytes > static_cast<double>(available))
     // (the byte count as a double: a fuzzed config's can pass 2^64, which no integer cast may take)
-    fail_file(source,
-              "{}: the model's float32 weights take {:.0f} bytes ({:.3g} GB) but only {} bytes of memory are available",
-              source, bytes, bytes / 1e9, available);
+    fail_file(source, "{}: {} take {:.0f} bytes ({:.3g} GB) but only {} bytes of memory are available", source, what,
+              bytes, bytes / 1e9, available);
 }
 
 namespace {

@@ -135,6 +135,9 @@ double float32_param_bytes(const ModelConfig& config);
 // Refuses, before anything is allocated, a model whose float32 parameters exceed the memory
 // available (core/memory.h): a BadFile error about `source` naming both sizes.
 void check_params_fit_in_memory(const ModelConfig& config, const std::string& source);
+// The same for `bytes` of what the load will hold, described by `what` ("the model's float32
+// weights, ..."), in the error.
+void check_bytes_fit_in_memory(double bytes, const std::string& source, const std::string& what);
 
 // Views of an allocated arena laid out by declare_model_params(config). The views stay valid as
 // long as the arena's storage does (moving an arena keeps it; copying does not).
