@@ -419,6 +419,18 @@ TEST_F(GgufModelTest, StoredTypesRunAsStoredLikeTheirDequantizedWeights) {
   }
 }
 
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kAllocatorOwnsResidentMemory = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kAllocatorOwnsResidentMemory = true;
+#else
+constexpr bool kAllocatorOwnsResidentMemory = false;
+#endif
+#else
+constexpr bool kAllocatorOwnsResidentMemory = false;
+#endif
+
 // The resident memory of this process, from /proc/self/statm (pages).
 int64_t resident_bytes() {
   std::ifstream f("/proc/self/statm");
@@ -504,13 +516,19 @@ TEST_F(GgufModelTest, AnInferenceOnlyLoadHoldsTheStoredBytesNotTheirFloats) {
       EXPECT_TRUE(lean.model->float_copies_released());
       EXPECT_EQ(logits_of(*lean.model, ids), full);
       EXPECT_ERROR(lean.model->params(), ErrorKind::Internal, "", "given back");
+      // (Under AddressSanitizer the process's resident memory is its allocator's: freed blocks wait
+      // in its quarantine and are handed out again, so it says nothing about the load.)
       if (type == GgufExportType::F32) {
-        EXPECT_GT(static_cast<double>(held), 0.8 * floats);  // the forward reads the floats
+        if (!kAllocatorOwnsResidentMemory) {
+          EXPECT_GT(static_cast<double>(held), 0.8 * floats);  // the forward reads the floats
+        }
         continue;
       }
       // (16 and about 11 MB of float32 weights, most of them in the matrices; Q8_0 holds about a
       // quarter of their bytes, Q4_0 an eighth, BF16 a half)
-      EXPECT_LT(static_cast<double>(held), (type == GgufExportType::BF16 ? 0.65 : 0.45) * floats) << held;
+      if (!kAllocatorOwnsResidentMemory) {
+        EXPECT_LT(static_cast<double>(held), (type == GgufExportType::BF16 ? 0.65 : 0.45) * floats) << held;
+      }
       // A limit the float32 weights pass: the full load refused, naming the size; the lean one fits.
       const auto limit = static_cast<uint64_t>(0.7 * floats);
       ASSERT_EQ(setenv("TFORMER_MEMORY_LIMIT", std::to_string(limit).c_str(), 1), 0);
