@@ -47,8 +47,10 @@ class BasicArena {
       zero();
       return;
     }
+    const bool fresh = storage_.capacity() == 0;  // (room kept from before holds old values)
     reserve_on_huge_pages(storage_, static_cast<size_t>(size_));
     storage_.resize(static_cast<size_t>(size_));
+    if (!fresh) zero();
   }
   // Frees the storage, keeping the layout (allocate() brings it back, zeroed).
   void release() {

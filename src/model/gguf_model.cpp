@@ -1151,10 +1151,16 @@ LoadedModel load_gguf_model(const std::string& path, LoadOptions options) {
     copy_keep("output.weight", "output.weight", {c.vocab_size, d}, c.vocab_size);
   }
   if (tied_again && f.find_tensor("output.weight")) {
-    // Written twice for stablelm: it must be the embedding again.
+    // Written twice for stablelm: it must be the embedding again, byte for byte (compared as
+    // stored: no float32 copy of either, which an inference-only load does not count).
     const GgufTensor& out_t = f.tensor("output.weight");
-    if (out_t.ne != embd.ne || out_t.type != embd.type ||
-        read_floats(f, "output.weight", {c.vocab_size, d}) != read_floats(f, "token_embd.weight", {c.vocab_size, d}))
+    auto bytes_of = [&](const GgufTensor& t) {
+      std::vector<uint8_t> b(static_cast<size_t>(t.nbytes));
+      f.read_bytes(t, b.data(), t.nbytes);
+      return b;
+    };
+    if (out_t.ne != embd.ne || out_t.type != embd.type || out_t.nbytes != embd.nbytes ||
+        bytes_of(out_t) != bytes_of(embd))
       fail_file("tformer.tied_embeddings",
                 "{}: tformer.tied_embeddings is set but output.weight is not token_embd.weight", path);
     used["output.weight"] = true;
