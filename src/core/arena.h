@@ -47,10 +47,9 @@ class BasicArena {
       zero();
       return;
     }
-    const bool fresh = storage_.capacity() == 0;  // (room kept from before holds old values)
+    release();  // (room kept from before would hold old values: fresh pages are the zeros)
     reserve_on_huge_pages(storage_, static_cast<size_t>(size_));
     storage_.resize(static_cast<size_t>(size_));
-    if (!fresh) zero();
   }
   // Frees the storage, keeping the layout (allocate() brings it back, zeroed).
   void release() {

@@ -39,13 +39,20 @@ uint64_t available_memory_bytes() {
   return std::numeric_limits<uint64_t>::max();
 }
 
+namespace {
+
+// madvise(advice) over the whole `unit`-sized, unit-aligned stretches inside [p, p + bytes).
+[[maybe_unused]] void advise_whole_units(void* p, std::size_t bytes, std::uintptr_t unit, int advice) {
+  const auto begin = reinterpret_cast<std::uintptr_t>(p), end = begin + bytes;
+  const std::uintptr_t first = (begin + unit - 1) / unit * unit, last = end / unit * unit;
+  if (p != nullptr && last > first) (void)::madvise(static_cast<char*>(p) + (first - begin), last - first, advice);
+}
+
+}  // namespace
+
 void advise_huge_pages(void* p, std::size_t bytes) {
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
-  constexpr std::uintptr_t kHuge = std::uintptr_t{2} << 20;
-  const auto begin = reinterpret_cast<std::uintptr_t>(p), end = begin + bytes;
-  const std::uintptr_t first = (begin + kHuge - 1) / kHuge * kHuge, last = end / kHuge * kHuge;
-  if (p != nullptr && last > first)
-    (void)::madvise(static_cast<char*>(p) + (first - begin), last - first, MADV_HUGEPAGE);
+  advise_whole_units(p, bytes, std::uintptr_t{2} << 20, MADV_HUGEPAGE);
 #else
   (void)p;
   (void)bytes;
@@ -65,11 +72,7 @@ void free_zeroed_pages(void* p, std::size_t bytes) noexcept {
 
 void release_pages(void* p, std::size_t bytes) {
 #if defined(__linux__)
-  const auto page = static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE));
-  const auto begin = reinterpret_cast<std::uintptr_t>(p), end = begin + bytes;
-  const std::uintptr_t first = (begin + page - 1) / page * page, last = end / page * page;
-  if (p != nullptr && last > first)
-    (void)::madvise(static_cast<char*>(p) + (first - begin), last - first, MADV_DONTNEED);
+  advise_whole_units(p, bytes, static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE)), MADV_DONTNEED);
 #else
   (void)p;
   (void)bytes;

@@ -43,11 +43,6 @@ const uint8_t* row_ptr(const Weight<float>& W, int64_t r) {
   return static_cast<const uint8_t*>(W.data) + r * weight_row_bytes(W.type, W.cols);
 }
 
-bool is_block_type(WeightType t) {
-  return t == WeightType::Q8_0 || t == WeightType::Q4_0 || t == WeightType::Q4_0_R8 || t == WeightType::Q8_0_R8 ||
-         t == WeightType::Q4_0_X16 || t == WeightType::Q8_0_X16;
-}
-
 // Block b of a Q4_0 row (nb blocks) in ggml's layout or regrouped (Q4_0_R8: per group of eight,
 // the 8 fp16 scales, then the 8 blocks' 16 bytes of nibbles interleaved four bytes at a time:
 // byte 4k + e of block l at 32k + 4l + e, k < 4, e < 4, so that 32-bit lane l of each 32 bytes
@@ -117,6 +112,11 @@ WeightType x16_tail_type(WeightType t, int64_t cols) {
   if (t == WeightType::Q4_0_X16) return WeightType::Q4_0_R8;
   return cols > kNarrowCols ? WeightType::Q8_0_R8 : WeightType::Q8_0;
 }
+// The cell of block b of the group of sixteen rows that row r (in a whole group) belongs to.
+inline const uint8_t* x16_cell(const Weight<float>& W, int64_t r, int64_t b) {
+  const int64_t nb = W.cols / QK, cell = kX16 * weight_row_bytes(W.type, QK);
+  return static_cast<const uint8_t*>(W.data) + (r / kX16 * nb + b) * cell;
+}
 // Row l of a cell: its scale and its values (n bytes), gathered into out.
 inline void x16_gather(const uint8_t* cell, int64_t l, uint16_t* d, uint8_t* values, int64_t n) {
   std::memcpy(d, cell + 2 * l, 2);
@@ -128,9 +128,7 @@ Q4Block q4_at(const Weight<float>& W, int64_t r, int64_t b) {
   const int64_t nb = W.cols / QK;
   if (W.type == WeightType::Q4_0_X16 && r < W.rows / kX16 * kX16) {
     Q4Block out{};
-    const uint8_t* cell =
-        static_cast<const uint8_t*>(W.data) + (r / kX16 * nb + b) * kX16 * static_cast<int64_t>(sizeof(BlockQ4_0));
-    x16_gather(cell, r % kX16, &out.d, out.qs, QK / 2);
+    x16_gather(x16_cell(W, r, b), r % kX16, &out.d, out.qs, QK / 2);
     return out;
   }
   return q4_block(row_ptr(W, r), b, nb, W.type != WeightType::Q4_0);
@@ -139,9 +137,7 @@ Q8Block q8_at(const Weight<float>& W, int64_t r, int64_t b) {
   const int64_t nb = W.cols / QK;
   if (W.type == WeightType::Q8_0_X16 && r < W.rows / kX16 * kX16) {
     Q8Block out{};
-    const uint8_t* cell =
-        static_cast<const uint8_t*>(W.data) + (r / kX16 * nb + b) * kX16 * static_cast<int64_t>(sizeof(BlockQ8_0));
-    x16_gather(cell, r % kX16, &out.d, reinterpret_cast<uint8_t*>(out.qs), QK);
+    x16_gather(x16_cell(W, r, b), r % kX16, &out.d, reinterpret_cast<uint8_t*>(out.qs), QK);
     return out;
   }
   const bool r8 = W.type == WeightType::Q8_0_R8 || (W.type == WeightType::Q8_0_X16 && W.cols > kNarrowCols);
@@ -241,9 +237,9 @@ enum : size_t {
 };
 
 // What a kernel reads beside q and d: the unsigned copy (Q8_0, few rows), the lane starts (Q4_0,
-// Q4_0_R8 and Q8_0_R8, few rows; lane_scale their c) and the group arrangement with its per-block
-// starts (Q4_0_R8 and, with q8_groups, Q8_0_R8, few rows). The tiled kernels and the portable loops read q and d only.
-// The starts alone (starts: Q4_0_X16 and Q8_0_X16, few rows) come with the group arrangement too.
+// Q4_0_R8 and Q8_0_R8, few rows; lane_scale their c), the group arrangement with its per-block
+// starts (Q4_0_R8 and, with q8_groups, Q8_0_R8, few rows) and the per-block starts alone (starts:
+// Q4_0_X16 and Q8_0_X16, few rows). The tiled kernels and the portable loops read q and d only.
 struct ActsNeed {
   bool unsigned_copy = false, lanes = false, groups = false, q8_groups = false, starts = false;
   int32_t lane_scale = 8;
@@ -880,7 +876,7 @@ void x16_rows_vnni(float* y, int64_t ldy, const Weight<float>& W, int64_t o, con
   constexpr bool kQ4 = kT == WeightType::Q4_0_X16;
   constexpr int64_t kCell = kX16 * static_cast<int64_t>(kQ4 ? sizeof(BlockQ4_0) : sizeof(BlockQ8_0));
   const int64_t nb = a.nb;
-  const uint8_t* cells = static_cast<const uint8_t*>(W.data) + o / kX16 * nb * kCell;
+  const uint8_t* cells = x16_cell(W, o, 0);
   const int32_t* xq[C];  // the activation values four at a time
   const float* xd[C];
   const int32_t* xs[C];
@@ -1080,7 +1076,7 @@ void unpack_weight_rows(uint8_t* wq, float* wd, int32_t* wneg, const Weight<floa
       // four bytes side by side, 16 bytes that a 4 x 4 transpose of 32-bit lanes turns into four
       // bytes of each row.
       constexpr int64_t kCell = kX16 * static_cast<int64_t>(is_q4(kT) ? sizeof(BlockQ4_0) : sizeof(BlockQ8_0));
-      const uint8_t* cells = static_cast<const uint8_t*>(W.data) + o0 / kX16 * nb * kCell;
+      const uint8_t* cells = x16_cell(W, o0, 0);
       const int64_t l0 = o0 % kX16;
       auto transpose = [](const uint8_t* at, __m128i(&row)[4]) {
         const __m128i r0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(at)),
@@ -1367,6 +1363,11 @@ void check_weight(const Weight<float>& W, const char* what) {
 }
 
 }  // namespace
+
+bool is_block_type(WeightType t) {
+  return t == WeightType::Q8_0 || t == WeightType::Q4_0 || t == WeightType::Q4_0_R8 || t == WeightType::Q8_0_R8 ||
+         t == WeightType::Q4_0_X16 || t == WeightType::Q8_0_X16;
+}
 
 const char* weight_type_name(WeightType type) {
   switch (type) {

@@ -78,6 +78,10 @@ namespace tformer {
 // activation row, each pair summed as the one-row product sums it); more, the tiled products.
 inline constexpr int64_t kStoredFewRows = 8;
 
+// True for the block types (Q8_0, Q4_0 and their regrouped and interleaved layouts): rows of
+// whole blocks of 32 values.
+bool is_block_type(WeightType t);
+
 // Bytes of one row of `cols` values in `type` (for Q8_0 / Q4_0 cols must be a multiple of 32).
 int64_t weight_row_bytes(WeightType type, int64_t cols);
 

@@ -997,11 +997,8 @@ LoadedModel load_gguf_model(const std::string& path, LoadOptions options) {
     // Room for the matrices kept in their stored types (keep, below), in one buffer of 2 MB pages:
     // at most every such tensor's bytes, each of up to three parts (a fused q/k/v) aligned.
     int64_t stored = 0;
-    for (const GgufTensor& t : f.tensors()) {
-      const auto type = static_cast<GgmlType>(t.type);
-      if (type == GgmlType::F16 || type == GgmlType::BF16 || type == GgmlType::Q8_0 || type == GgmlType::Q4_0)
-        stored += static_cast<int64_t>(t.nbytes) + 3 * static_cast<int64_t>(kAlignment);
-    }
+    for (const GgufTensor& t : f.tensors())
+      if (kept_type(t.type)) stored += static_cast<int64_t>(t.nbytes) + 3 * static_cast<int64_t>(kAlignment);
     out.model->reserve_stored_weights(stored);
   }
   auto& arena = out.model->params();
@@ -1032,11 +1029,10 @@ LoadedModel load_gguf_model(const std::string& path, LoadOptions options) {
   // A matrix whose file type the kernels multiply as stored (F16, BF16, Q8_0, Q4_0) is kept in
   // that type too (rows row0.. of the file's tensor, q and k rows in the model's pairing): the
   // forward reads it as stored (kernels/qlinear.h); the arena's dequantized values serve the
-  // embedding lookup, training and export.
-  // True when the matrix is kept stored; an inference-only load then writes no float32 copy of it
-  // (each copy below is skipped when lean and kept).
-  // `shape` is the whole tensor's, checked as the float copy checks it (a file whose tensor is not
-  // that shape is refused naming both).
+  // embedding lookup, training and export. True when the matrix is kept stored, and then an
+  // inference-only load writes no float32 copy of it (each copy below is skipped when lean and
+  // kept). `shape` is the whole tensor's, checked as the float copy checks it (a file whose tensor
+  // is not that shape is refused naming both).
   auto keep = [&](const std::string& gguf_name, const std::string& name, const std::vector<int64_t>& shape,
                   int64_t row0, int64_t rows, int64_t heads) -> bool {
     const GgufTensor& t = tensor_of_shape(f, gguf_name, shape);

@@ -129,16 +129,17 @@ template <typename T>
 void embed_forward(T* x, const TokenId* ids, const int64_t* positions, int64_t rows, const ModelParams<T>& p,
                    const T* sinusoidal, const ModelConfig& c, const Weight<T>* stored_rows) {
   const int64_t d = c.d_model;
-  if constexpr (std::is_same_v<T, float>) {
-    if (stored_rows) {
-      for (int64_t r = 0; r < rows; ++r) {
-        TF_CHECK(ids[r] >= 0 && ids[r] < c.vocab_size, "embedding: token id {} outside the vocabulary of {}", ids[r],
-                 c.vocab_size);
-        dequantize_weight_rows(x + r * d, *stored_rows, ids[r], ids[r] + 1);
-      }
+  if (!stored_rows) {
+    embedding_forward<T>(x, ids, p.tok_embeddings, rows, c.vocab_size, d);
+  } else if constexpr (std::is_same_v<T, float>) {
+    for (int64_t r = 0; r < rows; ++r) {
+      TF_CHECK(ids[r] >= 0 && ids[r] < c.vocab_size, "embedding: token id {} outside the vocabulary of {}", ids[r],
+               c.vocab_size);
+      dequantize_weight_rows(x + r * d, *stored_rows, ids[r], ids[r] + 1);
     }
+  } else {
+    TF_CHECK(false, "embedding: stored rows in a float model only");
   }
-  if (!stored_rows) embedding_forward<T>(x, ids, p.tok_embeddings, rows, c.vocab_size, d);
   const T* table = c.positions == Positions::Learned      ? p.pos_embeddings
                    : c.positions == Positions::Sinusoidal ? sinusoidal
                                                           : nullptr;

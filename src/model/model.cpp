@@ -41,9 +41,7 @@ void BasicModel<T>::set_stored_weight(const std::string& name, WeightType type, 
     // The checked bytes, in the layout the kernels read (Q8_0 and Q4_0 interleaved sixteen rows at a time:
     // kernels/qlinear.h), stored once whatever number of views they back.
     auto view = [&](int64_t rows, int64_t cols) {
-      const bool blocks = given == WeightType::Q8_0 || given == WeightType::Q4_0 || given == WeightType::Q4_0_R8 ||
-                          given == WeightType::Q8_0_R8 || given == WeightType::Q4_0_X16 ||
-                          given == WeightType::Q8_0_X16;
+      const bool blocks = is_block_type(given);
       if (blocks && cols % 32 != 0)
         fail_input(name, "{}: rows of {} values are not whole blocks of 32 for {}", name, cols,
                    weight_type_name(given));
